@@ -1,0 +1,95 @@
+"""Where everything lives under paths.root."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+
+    @property
+    def releases(self) -> Path:
+        return self.root / "releases"
+
+    @property
+    def cache(self) -> Path:
+        return self.root / "cache"
+
+    @property
+    def engine_cache(self) -> Path:
+        return self.cache / "engine.git"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def run(self) -> Path:
+        """0700: holds supervisord's unix socket, which grants control of the engine."""
+        return self.root / "run"
+
+    @property
+    def supervisor(self) -> Path:
+        return self.root / "supervisor"
+
+    @property
+    def supervisord_conf(self) -> Path:
+        return self.supervisor / "supervisord.conf"
+
+    @property
+    def program_dir(self) -> Path:
+        return self.supervisor / "programs"
+
+    def program_conf(self, name: str) -> Path:
+        return self.program_dir / f"{name}.conf"
+
+    @property
+    def socket(self) -> Path:
+        return self.run / "supervisor.sock"
+
+    @property
+    def supervisord_pid(self) -> Path:
+        return self.run / "supervisord.pid"
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "state.json"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.root / "converge.lock"
+
+    def engine_lock(self, name: str) -> Path:
+        """DS4_LOCK_FILE per instance: the default /tmp/ds4.lock would collide between instances."""
+        return self.run / f"{name}.ds4.lock"
+
+    def engine_log(self, name: str) -> Path:
+        return self.logs / f"{name}.log"
+
+    def build_log(self, release_id: str) -> Path:
+        return self.logs / f"build-{release_id}.log"
+
+    def ensure(self) -> None:
+        for d in (self.root, self.releases, self.cache, self.logs, self.supervisor, self.program_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        self.run.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.run, 0o700)
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write a temp file beside the target and rename it over: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)

@@ -1,0 +1,37 @@
+"""One reconciler per root: a flock on ROOT/converge.lock that holds our PID."""
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+
+class LockHeld(Exception):
+    def __init__(self, path: Path, holder: str):
+        super().__init__(f"another ds4-converge run holds {path} (pid {holder or 'unknown'})")
+
+
+class RunLock:
+    def __init__(self, path: Path):
+        self.path = path
+        self._fd: int | None = None
+
+    def __enter__(self) -> RunLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            os.close(fd)
+            raise LockHeld(self.path, holder) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None

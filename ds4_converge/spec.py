@@ -1,0 +1,191 @@
+"""The spec: what a box should serve. Pydantic models; unknown keys are errors.
+
+Field names are part of the contract (README "Spec reference"). Paths stay raw strings here: `~`, `$HOME`
+and `${VAR}` are expanded later, on the target host, for the service user (see `paths.expand`).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+TARGETS = ("cuda-spark", "cuda", "cuda-generic", "cpu")
+NO_NEWLINE = re.compile(r"^[^\n\r\x00]*$")
+
+# Any string that ends up in an INI file or a command line: newlines and NULs would break both.
+SafeStr = Annotated[str, Field(pattern=NO_NEWLINE.pattern)]
+
+
+class FieldProblem(ValueError):
+    """A cross-field error that belongs to a field below the model that found it (for FILE:LINE:COL)."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(message)
+        self.path = tuple(path.split("."))
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class Engine(Strict):
+    """Where the engine comes from and how it is built."""
+
+    repo: SafeStr | None = Field(None, description="git URL or local path of the engine repository")
+    ref: SafeStr | None = Field(None, description="tag, branch or commit to build")
+    installer: SafeStr | None = Field(
+        None, description="path or URL of an install.sh; the version is its DS4_REF default (and repo its DS4_REPO)")
+    commit: str | None = Field(None, pattern=r"^[0-9a-f]{40}$",
+                               description="expected commit the version resolves to; a mismatch is an error")
+    target: Literal["cuda-spark", "cuda", "cuda-generic", "cpu"] = "cuda-spark"
+    cuda_arch: str | None = Field(None, pattern=r"^(sm_\d{2,3}a?|native)$", description="CUDA_ARCH for target cuda")
+    jobs: int | None = Field(None, ge=1, description="make -j (default: number of CPUs)")
+    keep_releases: int = Field(3, ge=1, description="built releases to keep besides the current and last-good one")
+    prepare: list[SafeStr] | None = Field(
+        None, description="command (argv) run in the spec's directory before the repo is fetched, "
+                          "e.g. to refresh a local mirror on an offline box")
+
+    @model_validator(mode="after")
+    def _version_source(self) -> Engine:
+        if (self.ref is None) == (self.installer is None):
+            raise FieldProblem("ref", "give exactly one of engine.ref or engine.installer")
+        if self.repo is None and self.installer is None:
+            raise FieldProblem("repo", "engine.repo is required unless engine.installer names it (DS4_REPO)")
+        if self.target == "cuda" and not self.cuda_arch:
+            raise FieldProblem("target", "target cuda needs cuda_arch (for example sm_90 on H100/H200)")
+        if self.target != "cuda" and self.cuda_arch and self.cuda_arch != "native":
+            raise FieldProblem("cuda_arch", f"cuda_arch is only used with target cuda (target is {self.target})")
+        return self
+
+
+class Toolchain(Strict):
+    """Which CUDA toolkit builds the engine. The engine's Makefile ignores PATH, so this is passed explicitly."""
+
+    cuda_home: SafeStr | None = Field(None, description="toolkit directory, e.g. /usr/local/cuda-13.2")
+    min_version: str | None = Field(None, pattern=r"^\d+\.\d+$", description="lowest acceptable nvcc version")
+    install_compat: bool = Field(False, description="apt-get install cuda-compat-X-Y when the driver is older")
+
+
+HF_OR_URL_OR_PATH = "hf://ORG/REPO/FILE[@REVISION], https://… or a local path"
+
+
+class ModelFile(Strict):
+    """One model file: a plain path, or a source to fetch with its expected identity."""
+
+    source: SafeStr = Field(description=HF_OR_URL_OR_PATH)
+    dest: SafeStr | None = Field(None, description="directory to download into (default: ROOT/models)")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    size: int | None = Field(None, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_path(cls, value):
+        return {"source": value} if isinstance(value, str) else value
+
+    @field_validator("source")
+    @classmethod
+    def _exact_name(cls, value: str) -> str:
+        name = value.rsplit("/", 1)[-1].split("@", 1)[0]
+        if any(ch in name for ch in "*?["):
+            raise ValueError(f"file names must be exact, not patterns: {name!r} "
+                             "(a glob once picked the MTP draft instead of the model)")
+        if not name:
+            raise ValueError("source must end in a file name")
+        return value
+
+    @property
+    def is_remote(self) -> bool:
+        return self.source.startswith(("hf://", "https://", "http://"))
+
+    @property
+    def filename(self) -> str:
+        return self.source.rsplit("/", 1)[-1].split("@", 1)[0] if self.is_remote else Path(self.source).name
+
+
+class Model(Strict):
+    main: ModelFile
+    mtp: ModelFile | None = None
+    dspark: ModelFile | None = None
+    remove_unused: bool = Field(False, description="delete model files no release uses any more")
+
+
+class Speculative(Strict):
+    mode: Literal["off", "mtp", "dspark"] = "off"
+    draft: int = Field(1, ge=1, le=16, description="--mtp-draft (depth >= 2 is known to corrupt output upstream)")
+    margin: float | None = Field(None, gt=0, description="--mtp-margin")
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, value):
+        # YAML 1.1 reads a bare `off` as false; a user who wrote `mode: off` means "off".
+        return "off" if value is False else value
+
+
+class Server(Strict):
+    name: str = Field("ds4", pattern=r"^[a-z][a-z0-9_-]{0,30}$", description="supervisor program name")
+    host: SafeStr = Field("127.0.0.1", description="IPv4 literal or localhost (the engine accepts nothing else)")
+    port: int = Field(8000, ge=1, le=65535)
+    ctx: int = Field(32768, ge=1, description="-c: context tokens allocated at start")
+    tokens: int | None = Field(None, ge=1, description="-n: default max output tokens")
+    power: int | None = Field(None, ge=1, le=100, description="--power GPU duty cycle (fork only)")
+    warm_weights: bool = False
+    kv_disk_dir: SafeStr | None = None
+    kv_disk_space_mb: int | None = Field(None, ge=1)
+    speculative: Speculative = Speculative()
+    threads: int | None = Field(None, ge=1)
+    extra_args: list[SafeStr] = Field(default_factory=list, description="appended last; the engine takes the last")
+    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], SafeStr] = Field(default_factory=dict)
+    user: SafeStr | None = Field(None, description="run the engine as this user (supervisord must run as root)")
+    expose: bool = Field(False, description="acknowledge that a non-loopback host serves an API without auth")
+    stop_wait_s: int = Field(600, ge=10, description="SIGTERM grace (prefill + KV write) before SIGKILL")
+
+    @field_validator("host")
+    @classmethod
+    def _ipv4_or_localhost(cls, value: str) -> str:
+        if value == "localhost" or re.fullmatch(r"(\d{1,3})(\.\d{1,3}){3}", value) and all(
+                int(p) < 256 for p in value.split(".")):
+            return value
+        raise ValueError(f"{value!r}: ds4-server binds only an IPv4 literal or 'localhost'")
+
+    @model_validator(mode="after")
+    def _kv_budget_needs_dir(self) -> Server:
+        if self.kv_disk_space_mb is not None and self.kv_disk_dir is None:
+            raise FieldProblem("kv_disk_space_mb", "kv_disk_space_mb needs kv_disk_dir")
+        return self
+
+
+class Smoke(Strict):
+    prompt: SafeStr
+    expect: SafeStr
+    max_tokens: int = Field(64, ge=1)
+
+
+class Health(Strict):
+    deadline_s: float = Field(900, gt=0, description="time for a new engine to load and answer")
+    soak_s: float = Field(30, ge=0, description="how long it must stay healthy before it counts as good")
+    interval_s: float = Field(2, gt=0, description="pause between probes")
+    smoke: Smoke | None = Smoke(prompt="What is the capital of France? Answer in one word.", expect="Paris")
+
+
+class Paths(Strict):
+    root: SafeStr = Field("/var/lib/ds4-converge", description="state, releases, logs and supervisor files")
+
+
+class Spec(Strict):
+    engine: Engine
+    toolchain: Toolchain = Toolchain()
+    model: Model
+    server: Server = Server()
+    health: Health = Health()
+    paths: Paths = Paths()
+
+    @model_validator(mode="after")
+    def _speculation_has_files(self) -> Spec:
+        mode = self.server.speculative.mode
+        if mode == "mtp" and self.model.mtp is None:
+            raise FieldProblem("server.speculative.mode", "speculative mode mtp needs model.mtp")
+        if mode == "dspark" and self.model.dspark is None:
+            raise FieldProblem("server.speculative.mode", "speculative mode dspark needs model.dspark")
+        return self
