@@ -1,0 +1,41 @@
+"""Host facts for ds4-converge: pure parsers of command output, run by one executor.
+
+Every fact is a small class with ``command()`` (argv), a pure ``parse(stdout)`` and a
+``default()`` used when the tool is missing or its output is unusable; only
+:class:`~.base.FactRunner` runs processes (see :mod:`.base`).
+
+Facts (module.Class -> value):
+
+* ``arch.Architecture``      ``uname -m`` -> ``"aarch64"``
+* ``gpu.NvidiaGpus``         ``nvidia-smi --query-gpu=name,compute_cap,driver_version`` -> ``list[Gpu]``
+* ``gpu.NvidiaDriver``       ``nvidia-smi`` header -> ``DriverInfo`` (driver version, driver CUDA version)
+* ``cuda.CudaLayoutProbe``   nvcc on PATH, ``/usr/local/cuda*`` toolkits (+ ``compat/``), ``/usr/local/cuda`` link
+* ``cuda.NvccVersion``       ``nvcc --version`` -> ``NvccRelease`` (``13.2``, ``13.2.51``)
+* ``environ.BuildEnvironment`` ``env -0`` -> CUDA_HOME, NVCC, CUDA_ARCH, PATH, LD_LIBRARY_PATH, ...
+* ``memory.Memory``          ``/proc/meminfo`` -> ``MemoryInfo`` (total, available bytes)
+* ``disk.ExistingAncestors`` + ``disk.DiskFree``  nearest existing parent, ``df -PB1`` -> ``DiskSpace``
+* ``port.SsListeners``       ``ss -Hltnp 'sport = :PORT'`` -> ``list[Listener]`` (pid, command)
+* ``port.ProcNetListeners``  fallback without ``ss``: ``/proc/net/tcp{,6}`` + ``/proc/*/fd``
+* ``port.ProcessInfo``       ``/proc/PID/comm`` + ``cmdline``
+* ``users.Passwd``           ``getent passwd USER`` -> ``PasswdEntry`` (HOME); ``users.CurrentUser`` ``id -un``
+
+:func:`gather_host_facts` runs them all and returns :class:`HostFacts` (``to_json()``);
+``HostFacts.probes`` says per command whether it was ``ok``, ``missing``, ``failed``,
+``timeout`` or ``unparsed``.
+"""
+
+from .arch import Architecture, parse_uname_machine
+from .base import (CommandResult, Fact, FactParseError, FactRunner, Observation, Probe, ProbeStatus,
+                   Version, evaluate, gather, observe)
+from .cuda import (CudaFacts, CudaLayout, CudaLayoutProbe, CudaLink, CudaToolkit, Nvcc, NvccRelease,
+                   NvccVersion, PathNvcc, assemble_cuda, parse_cuda_layout, parse_nvcc_version)
+from .disk import DfEntry, DiskFree, DiskSpace, ExistingAncestors, assemble_disk, parse_ancestors, parse_df
+from .environ import BuildEnvironment, parse_env0
+from .gpu import DriverInfo, Gpu, NvidiaDriver, NvidiaGpus, parse_gpu_query, parse_nvidia_smi_header
+from .host import HostFacts, gather_host_facts
+from .memory import Memory, MemoryInfo, parse_meminfo
+from .port import (Listener, ProcessDetails, ProcessInfo, ProcNetListeners, SsListeners, parse_comm_cmdline,
+                   parse_ls_proc_fds, parse_proc_listeners, parse_proc_net_tcp, parse_ss_listeners)
+from .users import CurrentUser, Passwd, PasswdEntry, parse_getent_passwd, parse_id_user
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,46 @@
+"""Memory: ``MemTotal`` and ``MemAvailable`` from ``/proc/meminfo``, in bytes.
+
+On DGX Spark (GB10) CPU and GPU share this memory, so these numbers bound the model too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import Fact, FactParseError, FrozenModel
+
+_UNITS = {"kB": 1024, "": 1}
+
+
+class MemoryInfo(FrozenModel):
+    total_bytes: int
+    #: ``None`` on kernels older than 3.14 (no ``MemAvailable`` line).
+    available_bytes: int | None = None
+
+
+def parse_meminfo(stdout: str) -> MemoryInfo:
+    """``/proc/meminfo`` text -> :class:`MemoryInfo`; requires a ``MemTotal`` line."""
+    values: dict[str, int] = {}
+    for line in stdout.splitlines():
+        key, sep, rest = line.partition(":")
+        if not sep:
+            continue
+        parts = rest.split()
+        if not parts or not parts[0].isdigit():
+            continue
+        unit = parts[1] if len(parts) > 1 else ""
+        if unit not in _UNITS:
+            continue
+        values[key.strip()] = int(parts[0]) * _UNITS[unit]
+    if "MemTotal" not in values:
+        raise FactParseError("no MemTotal line in /proc/meminfo output")
+    return MemoryInfo(total_bytes=values["MemTotal"], available_bytes=values.get("MemAvailable"))
+
+
+@dataclass(frozen=True)
+class Memory(Fact[MemoryInfo | None]):
+    def command(self) -> list[str]:
+        return ["cat", "/proc/meminfo"]
+
+    def parse(self, stdout: str) -> MemoryInfo:
+        return parse_meminfo(stdout)
