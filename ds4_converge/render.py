@@ -65,6 +65,6 @@ def program_conf(*, name: str, release: str, argv: list[str], directory: str, lo
         stop_wait_s=stop_wait_s)
 
 
-def systemd_unit(*, name: str, supervisord: str, conf: str, stop_wait_s: int) -> str:
-    return _templates().get_template("systemd.service.j2").render(
-        name=name, supervisord=supervisord, conf=conf, stop_wait_s=stop_wait_s)
+def systemd_unit(*, name: str, command: str, stop_wait_s: int) -> str:
+    return _templates().get_template("systemd.service.j2").render(name=name, command=command,
+                                                                  stop_wait_s=stop_wait_s)

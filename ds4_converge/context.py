@@ -1,0 +1,70 @@
+"""What the roles of one run share: the spec, where things live, host facts, and what earlier roles decided."""
+from __future__ import annotations
+
+import os
+import pwd
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .hostpaths import expand
+from .layout import Layout
+from .release import BuildRequest, Release, Toolkit
+from .server_args import ModelPaths
+from .spec import Spec
+from .spec_file import LoadedSpec
+from .state import Deployment, State
+from .supervisor_ctl import Supervisor
+
+
+@dataclass
+class Context:
+    loaded: LoadedSpec
+    layout: Layout
+    facts: object | None = None  # facts.HostFacts, gathered once per run
+    check: bool = False  # plan only: nothing on the host may change
+    say: callable = print  # progress lines for people (silent in --json mode)
+    progress: bool = False  # draw progress bars (a TTY, not --json)
+    # decided by the roles, in order
+    toolkit: Toolkit = field(default_factory=Toolkit)
+    service_env: dict[str, str] = field(default_factory=dict)
+    build: BuildRequest | None = None
+    engine_repo: object | None = None
+    release: Release | None = None
+    models: ModelPaths | None = None
+    desired: Deployment | None = None
+    restart_needed: bool = False
+    switched: bool = False  # the old engine was stopped: a failure from here on needs a revert
+    state: State = field(default_factory=State)
+
+    @property
+    def spec(self) -> Spec:
+        return self.loaded.spec
+
+    @property
+    def supervisor(self) -> Supervisor:
+        return Supervisor(self.layout)
+
+    @property
+    def service_user(self) -> str:
+        return self.spec.server.user or pwd.getpwuid(os.getuid()).pw_name
+
+    def host_path(self, raw: str) -> Path:
+        """Expand a spec path on this host for the service user (never the caller's own HOME)."""
+        user = self.service_user
+        return expand(raw, home=pwd.getpwnam(user).pw_dir, user=user, env=os.environ,
+                      base_dir=self.loaded.base_dir)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.spec.server.host}:{self.spec.server.port}"
+
+
+def make_context(loaded: LoadedSpec, **kwargs) -> Context:
+    from .hostpaths import UnknownVariable  # noqa: F401  (re-exported for callers catching it)
+
+    user = loaded.spec.server.user or pwd.getpwuid(os.getuid()).pw_name
+    root = expand(loaded.spec.paths.root, home=pwd.getpwnam(user).pw_dir, user=user, env=os.environ,
+                  base_dir=loaded.base_dir)
+    layout = Layout(root)
+    state = State.load(layout.state_file)
+    return Context(loaded=loaded, layout=layout, state=state, **kwargs)

@@ -1,0 +1,105 @@
+"""Health is a ladder: process alive → /v1/models lists the model → a smoke answer is right → it stays so.
+
+ds4-server binds only after the model is loaded, so "connection refused" means "still loading" until the
+deadline; a process that exits, a wrong model list or a wrong answer fail at once.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import requests
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+from .spec import Smoke
+
+MODEL_ID = "deepseek-v4-flash"
+
+
+class NotReady(Exception):
+    """Temporary: try again until the deadline."""
+
+
+class Unhealthy(Exception):
+    """Permanent: revert now."""
+
+
+@dataclass(frozen=True)
+class ProbeTarget:
+    endpoint: str  # http://HOST:PORT
+    deadline_s: float
+    soak_s: float
+    interval_s: float
+    smoke: Smoke | None
+
+
+def check_models(endpoint: str, timeout: float = 10) -> dict:
+    try:
+        response = requests.get(f"{endpoint}/v1/models", timeout=timeout)
+    except requests.ConnectionError:
+        raise NotReady("not listening yet (loading)") from None
+    except requests.Timeout:
+        raise NotReady("/v1/models timed out") from None
+    if response.status_code != 200:
+        raise NotReady(f"/v1/models answered {response.status_code}")
+    try:
+        ids = [m["id"] for m in response.json()["data"]]
+    except (ValueError, KeyError, TypeError):
+        raise Unhealthy(f"/v1/models answered 200 without a model list: {response.text[:200]!r}") from None
+    if MODEL_ID not in ids:
+        raise Unhealthy(f"/v1/models lists {ids}, not {MODEL_ID}")
+    return response.json()
+
+
+def smoke_test(endpoint: str, smoke: Smoke, timeout: float) -> str:
+    """One short non-streamed completion with thinking off; the answer must contain the expected text."""
+    body = {"model": "deepseek-chat", "messages": [{"role": "user", "content": smoke.prompt}],
+            "max_tokens": smoke.max_tokens, "stream": False, "temperature": 0,
+            "thinking": {"type": "disabled"}}
+    try:
+        response = requests.post(f"{endpoint}/v1/chat/completions", json=body, timeout=timeout)
+        response.raise_for_status()
+        content = response.json()["choices"][0]["message"].get("content") or ""
+    except (requests.RequestException, ValueError, KeyError, IndexError) as exc:
+        raise Unhealthy(f"smoke completion failed: {exc}") from None
+    if smoke.expect.lower() not in content.lower():
+        raise Unhealthy(f"smoke answer {content.strip()[:120]!r} does not contain {smoke.expect!r}")
+    return content
+
+
+def wait_healthy(target: ProbeTarget, process_state, *, soak: bool = True) -> int:
+    """Return the PID that passed. `process_state()` gives (statename, pid, detail) from the supervisor."""
+    started = time.monotonic()
+
+    def alive() -> int:
+        state, pid, detail = process_state()
+        if state not in ("RUNNING", "STARTING"):
+            raise Unhealthy(f"ds4-server is {state}{': ' + detail if detail else ''}")
+        return pid
+
+    def ready() -> int:
+        pid = alive()
+        check_models(target.endpoint)
+        return pid
+
+    retrying = Retrying(stop=stop_after_delay(target.deadline_s), wait=wait_fixed(target.interval_s),
+                        retry=retry_if_exception_type(NotReady), reraise=True)
+    try:
+        pid = retrying(ready)
+    except NotReady as exc:
+        raise Unhealthy(f"not ready within {target.deadline_s:.0f}s ({exc})") from None
+    if target.smoke:
+        remaining = max(30.0, target.deadline_s - (time.monotonic() - started))
+        smoke_test(target.endpoint, target.smoke, timeout=remaining)
+    if soak:
+        soak_until = time.monotonic() + target.soak_s
+        while time.monotonic() < soak_until:
+            time.sleep(min(target.interval_s, max(0.0, soak_until - time.monotonic())))
+            try:
+                now_pid = alive()
+                check_models(target.endpoint)
+            except NotReady as exc:
+                raise Unhealthy(f"stopped answering during the {target.soak_s:.0f}s soak: {exc}") from None
+            if now_pid != pid:
+                raise Unhealthy(f"restarted during the soak (pid {pid} → {now_pid})")
+    return pid

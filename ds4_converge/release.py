@@ -1,0 +1,160 @@
+"""Built engine releases: ROOT/releases/<id>/, one clean tree per (commit, target, arch, toolchain).
+
+An id names everything that changes the objects, so a build for another arch or toolkit is never reused.
+A release counts as built only when ds4-server exists and `ds4-server --help` runs.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .gitrepo import EngineRepo
+from .layout import Layout, write_atomic
+from .shell import CommandFailed, run, tail
+
+RECORD = "ds4-converge-release.json"
+FLAG = re.compile(r"(?:(?<=\s)|(?<=,)|^)(--?[A-Za-z][A-Za-z0-9-]*)")
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    """The CUDA toolkit a build uses; `nvcc` None for cpu builds."""
+
+    nvcc: str | None = None
+    cuda_home: str | None = None
+    version: str | None = None
+
+    @property
+    def tag(self) -> str:
+        if not self.nvcc:
+            return "nocuda"
+        digest = hashlib.sha256(f"{os.path.realpath(self.nvcc)}|{self.version}".encode()).hexdigest()[:6]
+        return f"nvcc{self.version}-{digest}"
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    commit: str
+    ref: str
+    target: str
+    cuda_arch: str | None
+    toolkit: Toolkit
+    jobs: int
+
+    @property
+    def release_id(self) -> str:
+        arch = f"-{self.cuda_arch}" if self.target == "cuda" and self.cuda_arch else ""
+        return f"{self.commit[:12]}-{self.target}{arch}-{self.toolkit.tag}"
+
+    def make_argv(self) -> list[str]:
+        argv = ["make", f"-j{self.jobs}", self.target]
+        if self.target == "cuda":
+            argv.append(f"CUDA_ARCH={self.cuda_arch}")
+        if self.toolkit.nvcc:
+            # make's command-line variables beat both `?=` defaults and an exported stale NVCC/CUDA_HOME
+            argv += [f"NVCC={self.toolkit.nvcc}", f"CUDA_HOME={self.toolkit.cuda_home}"]
+        return argv
+
+
+@dataclass(frozen=True)
+class Release:
+    id: str
+    path: Path
+    commit: str
+    ref: str
+    target: str
+    cuda_arch: str | None
+    toolkit: Toolkit
+    flags: frozenset[str]
+
+    @property
+    def server(self) -> Path:
+        return self.path / "ds4-server"
+
+    def supports(self, flag: str) -> bool:
+        return flag in self.flags
+
+
+class BuildFailed(Exception):
+    def __init__(self, message: str, log: Path):
+        super().__init__(message)
+        self.log = log
+        self.tail = tail(log)
+
+
+def parse_help_flags(text: str) -> frozenset[str]:
+    """Options the binary documents: flags at the start of usage lines (`  -m, --model FILE  …`)."""
+    flags = set()
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped.startswith("-"):
+            continue
+        options = re.split(r"\s{2,}", stripped, maxsplit=1)[0]
+        flags.update(FLAG.findall(options))
+    return frozenset(flags)
+
+
+def help_flags(server: Path) -> frozenset[str]:
+    env = {**os.environ, "DS4_LOCK_FILE": str(server.parent / ".help.lock")}
+    proc = subprocess.run([str(server), "--help"], capture_output=True, text=True, timeout=60, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{server} --help exited {proc.returncode}: {(proc.stderr or proc.stdout)[-500:]}")
+    return parse_help_flags(proc.stdout + proc.stderr)
+
+
+def load(layout: Layout, release_id: str) -> Release | None:
+    path = layout.releases / release_id
+    record = path / RECORD
+    if not record.exists() or not (path / "ds4-server").exists():
+        return None
+    data = json.loads(record.read_text())
+    return Release(id=release_id, path=path, commit=data["commit"], ref=data["ref"], target=data["target"],
+                   cuda_arch=data["cuda_arch"], toolkit=Toolkit(**data["toolkit"]), flags=frozenset(data["flags"]))
+
+
+def build(layout: Layout, repo: EngineRepo, request: BuildRequest) -> Release:
+    """Export, make, check. The tree is renamed into place only when the binary answers --help."""
+    final = layout.releases / request.release_id
+    partial = layout.releases / f".{request.release_id}.partial"
+    log = layout.build_log(request.release_id)
+    shutil.rmtree(partial, ignore_errors=True)  # an earlier build that died half-way
+    log.unlink(missing_ok=True)
+    try:
+        repo.fetch(request.commit)
+        repo.export(request.commit, partial)
+        run(request.make_argv(), cwd=partial, log=log, timeout=3600)
+        server = partial / "ds4-server"
+        if not server.exists():
+            raise BuildFailed(f"make {request.target} finished but built no ds4-server", log)
+        try:
+            flags = help_flags(server)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            raise BuildFailed(f"the built ds4-server does not run: {exc}", log) from None
+    except CommandFailed as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise BuildFailed(f"{' '.join(exc.argv[:4])} failed with exit {exc.returncode}", log) from None
+    except BuildFailed:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    record = {"commit": request.commit, "ref": request.ref, "target": request.target,
+              "cuda_arch": request.cuda_arch, "toolkit": asdict(request.toolkit), "flags": sorted(flags)}
+    write_atomic(partial / RECORD, json.dumps(record, indent=2) + "\n")
+    shutil.copy2(log, partial / "build.log")
+    os.replace(partial, final)
+    return load(layout, request.release_id)
+
+
+def prune(layout: Layout, keep: int, protected: set[str]) -> list[str]:
+    """Keep the `keep` newest releases plus the protected ones (current, last good); remove the rest."""
+    built = sorted((p for p in layout.releases.iterdir() if (p / RECORD).exists()),
+                   key=lambda p: (p / RECORD).stat().st_mtime, reverse=True)
+    removable = [p for p in built[keep:] if p.name not in protected]
+    for path in removable:
+        shutil.rmtree(path)
+    return [p.name for p in removable]

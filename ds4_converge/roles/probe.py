@@ -1,0 +1,60 @@
+"""Probe role: a switched engine must answer, answer right, and stay up before it becomes last good."""
+from __future__ import annotations
+
+from ..context import Context
+from ..plan import Change, RoleFailed, RolePlan
+from ..probe import NotReady, ProbeTarget, Unhealthy, check_models, wait_healthy
+from ..shell import tail
+
+NAME = "probe"
+
+
+def target(ctx: Context) -> ProbeTarget:
+    health = ctx.spec.health
+    return ProbeTarget(endpoint=ctx.endpoint, deadline_s=health.deadline_s, soak_s=health.soak_s,
+                       interval_s=health.interval_s, smoke=health.smoke)
+
+
+def process_state(ctx: Context):
+    """(statename, pid, detail) of the engine as supervisord sees it; detail carries the log tail on death."""
+    name = ctx.spec.server.name
+
+    def read():
+        info = ctx.supervisor.info(name) if ctx.supervisor.is_running() else None
+        if info is None:
+            return "UNKNOWN", None, "not loaded in supervisord"
+        detail = ""
+        if info["statename"] not in ("RUNNING", "STARTING"):
+            detail = f"exit status {info['exitstatus']}; {info['spawnerr'] or ''}\n" + tail(ctx.layout.engine_log(name), 15)
+        return info["statename"], info["pid"], detail
+
+    return read
+
+
+def needs_full_probe(ctx: Context) -> bool:
+    last_good = ctx.state.last_good
+    return ctx.restart_needed or ctx.desired is None or not ctx.desired.same_config(last_good)
+
+
+def plan(ctx: Context) -> RolePlan:
+    health = ctx.spec.health
+    if needs_full_probe(ctx):
+        ladder = "/v1/models" + (", smoke answer" if health.smoke else "") + f", {health.soak_s:.0f}s soak"
+        return RolePlan(NAME, [Change(f"probe {ctx.endpoint}: {ladder}; record last good")],
+                        reason=f"probe the new engine ({ladder})")
+    try:
+        check_models(ctx.endpoint)
+    except (NotReady, Unhealthy) as exc:
+        raise RoleFailed(f"{ctx.endpoint} is not healthy: {exc}") from None
+    return RolePlan(NAME, reason=f"{ctx.endpoint} answers /v1/models; last good is {ctx.state.last_good.release}")
+
+
+def apply(ctx: Context, plan: RolePlan) -> str:
+    ctx.say(f"probing {ctx.endpoint} (deadline {ctx.spec.health.deadline_s:.0f}s, soak {ctx.spec.health.soak_s:.0f}s)")
+    try:
+        pid = wait_healthy(target(ctx), process_state(ctx))
+    except Unhealthy as exc:
+        raise RoleFailed(f"release {ctx.desired.release} is not healthy: {exc}") from None
+    ctx.state.current = ctx.state.last_good = ctx.desired.stamped()
+    ctx.state.save(ctx.layout.state_file)
+    return f"healthy (pid {pid}); release {ctx.desired.release} is now last good"

@@ -1,0 +1,162 @@
+"""Service role: supervisord config and the ds4-server program, switched only when something differs."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from .. import render
+from ..context import Context
+from ..layout import write_atomic
+from ..plan import Change, Finding, RoleFailed, RolePlan
+from ..server_args import UnsupportedSettings, server_argv
+from ..state import Deployment
+from ..supervisor_ctl import supervisord_argv
+
+NAME = "service"
+SYSTEMD_DIR = Path("/etc/systemd/system")
+
+
+def has_systemd() -> bool:
+    return Path("/run/systemd/system").is_dir()
+
+
+def unit_path(ctx: Context) -> Path:
+    return SYSTEMD_DIR / f"ds4-converge-{ctx.spec.server.name}.service"
+
+
+def desired_deployment(ctx: Context) -> Deployment:
+    server = ctx.spec.server
+    kv_dir = ctx.host_path(server.kv_disk_dir) if server.kv_disk_dir else None
+    try:
+        argv = server_argv(ctx.release, server, ctx.models, kv_dir)
+    except UnsupportedSettings as exc:
+        raise RoleFailed(str(exc)) from None
+    env = {"DS4_LOCK_FILE": str(ctx.layout.engine_lock(server.name)), **ctx.service_env, **server.env}
+    # `env K=V … ds4-server`: every value is passed through shlex quoting, none through INI key=value parsing
+    command = [shutil.which("env") or "/usr/bin/env", *(f"{k}={v}" for k, v in sorted(env.items())), *argv]
+    try:
+        conf = render.program_conf(name=server.name, release=ctx.release.id, argv=command,
+                                   directory=str(ctx.release.path), log=str(ctx.layout.engine_log(server.name)),
+                                   user=server.user, stop_wait_s=server.stop_wait_s)
+    except render.UnsafeValue as exc:
+        raise RoleFailed(f"cannot render the program config: {exc}") from None
+    files = [str(p) for p in (ctx.models.main, ctx.models.mtp, ctx.models.dspark) if p]
+    return Deployment(release=ctx.release.id, program_conf=conf, command=command, endpoint=ctx.endpoint,
+                      model_files=files)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def plan(ctx: Context) -> RolePlan:
+    name, layout, supervisor = ctx.spec.server.name, ctx.layout, ctx.supervisor
+    changes: list[Change] = []
+    main_conf = render.supervisord_conf(layout)
+    if _read(layout.supervisord_conf) != main_conf:
+        changes.append(Change(str(layout.supervisord_conf), _read(layout.supervisord_conf), main_conf))
+    if has_systemd():
+        unit = _unit(ctx)
+        if _read(unit_path(ctx)) != unit:
+            changes.append(Change(str(unit_path(ctx)), _read(unit_path(ctx)), unit))
+    running = supervisor.is_running()
+    if not running:
+        changes.append(Change("start supervisord" + ("" if has_systemd() else
+                                                      " directly (no systemd here: it will not come back after a reboot)")))
+    pid = supervisor.running_pid(name) if running else None
+    current_conf = _read(layout.program_conf(name))
+    if ctx.release is None:
+        # check mode before the build: the exact command line is known only once the binary lists its flags
+        changes.append(Change(f"restart {name} on release {ctx.build.release_id}", current_conf,
+                              "(command line rendered after the build, from the flags ds4-server --help lists)\n",
+                              restarts=True))
+    else:
+        ctx.desired = desired_deployment(ctx)
+        if current_conf != ctx.desired.program_conf:
+            changes.append(Change(str(layout.program_conf(name)), current_conf, ctx.desired.program_conf,
+                                  restarts=True))
+        elif pid is None:
+            changes.append(Change(f"start {name} (not running)", restarts=True))
+    ctx.restart_needed = any(c.restarts for c in changes)
+    findings = _port_findings(ctx, pid) if ctx.restart_needed else []
+    reason = (f"{name} runs release {ctx.release.id} (pid {pid}), config unchanged" if not changes
+              else f"{'restart' if ctx.restart_needed else 'update'} {name}")
+    return RolePlan(NAME, changes, reason=reason, findings=findings)
+
+
+def _port_findings(ctx: Context, our_pid: int | None) -> list[Finding]:
+    """The engine binds only after minutes of loading: a busy port must fail now, not then."""
+    from ..facts.port import port_holders
+
+    port = ctx.spec.server.port
+    foreign = [h for h in port_holders(port) if h.pid not in _family(our_pid)]
+    return [Finding("error", f"port {port} is held by pid {h.pid} ({h.command}), which ds4-converge does not manage",
+                    fix=f"stop that process or choose another server.port") for h in foreign]
+
+
+def _family(pid: int | None) -> set[int]:
+    """A process and its descendants (the env wrapper execs, but be safe with forks)."""
+    if not pid:
+        return set()
+    family, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        try:
+            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            family.add(child)
+            frontier.append(child)
+    return family
+
+
+def apply(ctx: Context, plan: RolePlan) -> str:
+    layout, name, supervisor = ctx.layout, ctx.spec.server.name, ctx.supervisor
+    layout.ensure()
+    write_atomic(layout.supervisord_conf, render.supervisord_conf(layout))
+    if not supervisor.is_running():
+        _start_supervisord(ctx)
+    if ctx.restart_needed:
+        errors = _port_findings(ctx, supervisor.running_pid(name))  # facts again: right before stopping
+        if errors:
+            raise RoleFailed(str(errors[0]))
+        if supervisor.running_pid(name):
+            ctx.say(f"stopping {name} (SIGTERM, waiting for its process group)")
+        ctx.switched = True
+        switch_to(ctx, ctx.desired.stamped())
+        return f"started {name} on release {ctx.desired.release}"
+    return "supervisord config updated"
+
+
+def _unit(ctx: Context) -> str:
+    return render.systemd_unit(name=ctx.spec.server.name,
+                               command=render.command_line(supervisord_argv(ctx.layout.supervisord_conf,
+                                                                            foreground=True)),
+                               stop_wait_s=ctx.spec.server.stop_wait_s)
+
+
+def _start_supervisord(ctx: Context) -> None:
+    if has_systemd():
+        write_atomic(unit_path(ctx), _unit(ctx))
+        subprocess.run(["systemctl", "daemon-reload"], check=True)
+        subprocess.run(["systemctl", "enable", "--now", unit_path(ctx).name], check=True)
+        ctx.supervisor.wait_ready()
+    else:
+        ctx.say("no systemd on this host: starting supervisord directly (it will not come back after a reboot)")
+        ctx.supervisor.start_daemon()
+
+
+def switch_to(ctx: Context, deployment: Deployment) -> None:
+    """Stop what runs (whole process group), then start `deployment` exactly as recorded."""
+    name = ctx.spec.server.name
+    ctx.supervisor.stop(name, grace=ctx.spec.server.stop_wait_s)
+    ctx.state.current = deployment
+    ctx.state.save(ctx.layout.state_file)
+    write_atomic(ctx.layout.program_conf(name), deployment.program_conf)
+    ctx.say(f"starting {name} on release {deployment.release}")
+    ctx.supervisor.load(name)

@@ -1,0 +1,76 @@
+"""The exact ds4-server command line for a spec, checked against the flags the built binary documents."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .release import Release
+from .spec import Server
+
+
+class UnsupportedSettings(Exception):
+    """The spec asks for something this engine build cannot do; found before anything is stopped."""
+
+
+@dataclass(frozen=True)
+class ModelPaths:
+    main: Path
+    mtp: Path | None = None
+    dspark: Path | None = None
+
+
+def server_argv(release: Release, server: Server, models: ModelPaths, kv_disk_dir: Path | None) -> list[str]:
+    args: list[str] = []
+    missing: list[str] = []
+
+    def add(flag: str, *values: object, setting: str) -> None:
+        if not release.supports(flag):
+            missing.append(f"{setting} needs {flag}")
+            return
+        args.extend([flag, *map(str, values)])
+
+    add("-m", models.main, setting="model.main")
+    add("--host", server.host, setting="server.host")
+    add("--port", server.port, setting="server.port")
+    add("-c", server.ctx, setting="server.ctx")
+    if server.tokens:
+        add("-n", server.tokens, setting="server.tokens")
+    if server.threads:
+        add("-t", server.threads, setting="server.threads")
+    if server.warm_weights:
+        add("--warm-weights", setting="server.warm_weights")
+    if kv_disk_dir:
+        add("--kv-disk-dir", kv_disk_dir, setting="server.kv_disk_dir")
+        if server.kv_disk_space_mb:
+            add("--kv-disk-space-mb", server.kv_disk_space_mb, setting="server.kv_disk_space_mb")
+    spec_mode = server.speculative
+    if spec_mode.mode == "mtp":
+        add("--mtp", models.mtp, setting="server.speculative.mode=mtp")
+        add("--mtp-draft", spec_mode.draft, setting="server.speculative.draft")
+        if spec_mode.margin:
+            add("--mtp-margin", spec_mode.margin, setting="server.speculative.margin")
+    elif spec_mode.mode == "dspark":
+        add("--dspark", models.dspark, setting="server.speculative.mode=dspark")
+    elif release.supports("--no-spec"):
+        # the fork attaches sibling drafters by default; "off" must be explicit there
+        args.append("--no-spec")
+    if server.power is not None:
+        add("--power", server.power, setting="server.power")
+    if release.supports("--no-update-check"):
+        args.append("--no-update-check")  # the fork otherwise polls GitHub daily
+    for arg in server.extra_args:
+        flag = arg.split("=", 1)[0]
+        if flag.startswith("-") and not _is_number(flag) and not release.supports(flag):
+            missing.append(f"server.extra_args {arg!r} is not an option of this ds4-server")
+    args.extend(server.extra_args)
+    if missing:
+        raise UnsupportedSettings(f"release {release.id} ({release.ref}) does not support: " + "; ".join(missing))
+    return [str(release.server), *args]
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False

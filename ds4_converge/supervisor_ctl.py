@@ -1,0 +1,168 @@
+"""Drive supervisord through its XML-RPC API on a unix socket: never by parsing supervisorctl text."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import xmlrpc.client
+from pathlib import Path
+
+from supervisor.states import ProcessStates
+from supervisor.xmlrpc import Faults, SupervisorTransport
+
+from .layout import Layout
+
+DEAD_STATES = {"EXITED", "FATAL", "BACKOFF", "STOPPED", "UNKNOWN"}
+
+
+class SupervisorError(Exception):
+    pass
+
+
+def supervisord_argv(conf: Path, *, foreground: bool = False) -> list[str]:
+    """supervisord from the same environment as this tool, so versions always match."""
+    return [sys.executable, "-m", "supervisor.supervisord", *(["--nodaemon"] if foreground else []), "-c", str(conf)]
+
+
+class Supervisor:
+    def __init__(self, layout: Layout):
+        self.layout = layout
+
+    def _rpc(self):
+        transport = SupervisorTransport(None, None, f"unix://{self.layout.socket}")
+        return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport).supervisor
+
+    def is_running(self) -> bool:
+        if not self.layout.socket.exists():
+            return False
+        try:
+            return self._rpc().getState()["statename"] == "RUNNING"
+        except (OSError, xmlrpc.client.Error):
+            return False
+
+    def start_daemon(self, timeout: float = 30) -> None:
+        """Start supervisord (it daemonizes) and wait until its socket answers."""
+        self.layout.socket.unlink(missing_ok=True)  # a stale socket from a killed supervisord
+        proc = subprocess.run(supervisord_argv(self.layout.supervisord_conf), cwd=self.layout.root,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if proc.returncode:
+            raise SupervisorError(f"supervisord failed to start: {proc.stderr.strip()[-500:]}")
+        self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.is_running():
+                return
+            time.sleep(0.1)
+        raise SupervisorError(f"supervisord did not answer on {self.layout.socket} within {timeout:.0f}s")
+
+    def shutdown(self, timeout: float = 60) -> None:
+        if not self.is_running():
+            return
+        pid = self._daemon_pid()
+        self._rpc().shutdown()
+        deadline = time.monotonic() + timeout
+        while pid and _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def _daemon_pid(self) -> int | None:
+        try:
+            return int(self.layout.supervisord_pid.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def info(self, name: str) -> dict | None:
+        try:
+            return self._rpc().getProcessInfo(name)
+        except xmlrpc.client.Fault as fault:
+            if fault.faultCode == Faults.BAD_NAME:
+                return None
+            raise
+
+    def running_pid(self, name: str) -> int | None:
+        info = self.info(name) if self.is_running() else None
+        return info["pid"] if info and info["statename"] == "RUNNING" and info["pid"] else None
+
+    def stop(self, name: str, grace: float) -> None:
+        """SIGTERM through supervisord, then wait until the whole process group is gone (GPU memory with it)."""
+        info = self.info(name)
+        if info is None:
+            return
+        pgid = info["pid"] or None
+        try:
+            self._rpc().stopProcess(name, True)
+        except xmlrpc.client.Fault as fault:
+            if fault.faultCode != Faults.NOT_RUNNING:
+                raise
+        if pgid:
+            wait_group_gone(pgid, grace)
+
+    def load(self, name: str) -> None:
+        """Make supervisord run the program file as written now: re-read, replace the group, start it."""
+        rpc = self._rpc()
+        try:
+            added, changed, removed = rpc.reloadConfig()[0]
+        except xmlrpc.client.Fault as fault:
+            raise SupervisorError(f"supervisord rejected the config: {fault.faultString}") from None
+        if name in changed or name in removed:
+            self.stop(name, grace=60)
+            rpc.removeProcessGroup(name)
+        if name in changed or name in added:
+            rpc.addProcessGroup(name)  # autostart=true starts it
+        info = self.info(name)
+        if info and info["state"] not in (ProcessStates.RUNNING, ProcessStates.STARTING):
+            try:
+                rpc.startProcess(name, False)
+            except xmlrpc.client.Fault as fault:
+                if fault.faultCode != Faults.ALREADY_STARTED:
+                    raise
+
+    def remove(self, name: str) -> None:
+        rpc = self._rpc()
+        self.stop(name, grace=60)
+        try:
+            rpc.removeProcessGroup(name)
+        except xmlrpc.client.Fault as fault:
+            if fault.faultCode != Faults.BAD_NAME:
+                raise
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def wait_group_gone(pgid: int, grace: float) -> None:
+    """Stragglers of the group outlive the main process sometimes; SIGKILL them after the grace period."""
+    deadline = time.monotonic() + grace
+    while group_members(pgid):
+        if time.monotonic() > deadline:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+            return
+        time.sleep(0.1)
