@@ -1,0 +1,66 @@
+"""Pure parsers for engine knowledge: installer pins, ls-remote output, --help flags, release ids."""
+import pytest
+
+from ds4_converge.gitrepo import parse_ls_remote
+from ds4_converge.installer import InstallerError, parse_pin
+from ds4_converge.release import BuildRequest, Toolkit, parse_help_flags
+
+INSTALL_SH = """#!/usr/bin/env bash
+# ds4-on-spark installer v0.2.2 (README says so; the pin below is what runs)
+set -euo pipefail
+DS4_REPO="${DS4_REPO:-https://github.com/Entrpi/ds4.git}"
+DS4_REF="${DS4_REF:-v0.5.6}"   # pinned tag
+echo "DS4_REF=${DS4_REF:-v9.9.9}"
+"""
+
+
+def test_installer_pin_is_the_default_that_runs():
+    pin = parse_pin(INSTALL_SH, "install.sh")
+    assert (pin.repo, pin.ref) == ("https://github.com/Entrpi/ds4.git", "v0.5.6")
+
+
+def test_installer_without_pin_is_an_error():
+    with pytest.raises(InstallerError, match="no DS4_REF"):
+        parse_pin("#!/bin/sh\necho v0.2.2\n", "install.sh")
+
+
+LS_REMOTE = (
+    "1111111111111111111111111111111111111111\trefs/heads/main\n"
+    "2222222222222222222222222222222222222222\trefs/tags/v0.2.0\n"
+    "3333333333333333333333333333333333333333\trefs/tags/v0.2.0^{}\n"
+    "garbage line\n"
+)
+
+
+@pytest.mark.parametrize("ref,expected", [("v0.2.0", "3" * 40), ("main", "1" * 40), ("nope", None)])
+def test_ls_remote_prefers_peeled_tags(ref, expected):
+    assert parse_ls_remote(LS_REMOTE, ref) == expected
+
+
+HELP = """usage: ds4-server [options]
+  -m, --model FILE          main GGUF (default ds4flash.gguf)
+  --mtp FILE                MTP speculative GGUF
+  -c, --ctx N               context tokens (default 32768)
+  --power N                 GPU duty cycle 1..100 (default 100)
+  --no-update-check         do not poll for updates
+Notes: values like -1 are rejected; see --help.
+"""
+
+
+def test_help_flags_come_from_option_lines_only():
+    flags = parse_help_flags(HELP)
+    assert flags == {"-m", "--model", "--mtp", "-c", "--ctx", "--power", "--no-update-check"}
+
+
+def test_release_id_separates_arch_and_toolkit():
+    base = dict(commit="a" * 40, ref="v1", jobs=2)
+    cpu = BuildRequest(target="cpu", cuda_arch=None, toolkit=Toolkit(), **base)
+    sm90 = BuildRequest(target="cuda", cuda_arch="sm_90", toolkit=Toolkit("/usr/local/cuda-13.0/bin/nvcc",
+                                                                          "/usr/local/cuda-13.0", "13.0"), **base)
+    sm121 = BuildRequest(target="cuda", cuda_arch="sm_121", toolkit=sm90.toolkit, **base)
+    other_tk = BuildRequest(target="cuda", cuda_arch="sm_90", toolkit=Toolkit("/usr/local/cuda-13.2/bin/nvcc",
+                                                                              "/usr/local/cuda-13.2", "13.2"), **base)
+    ids = {r.release_id for r in (cpu, sm90, sm121, other_tk)}
+    assert len(ids) == 4
+    assert sm90.make_argv() == ["make", "-j2", "cuda", "CUDA_ARCH=sm_90", "NVCC=/usr/local/cuda-13.0/bin/nvcc",
+                                "CUDA_HOME=/usr/local/cuda-13.0"]

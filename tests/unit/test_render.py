@@ -1,0 +1,48 @@
+"""Rendered supervisord files read back with supervisor's own parser give exactly our argv."""
+import shlex
+
+import pytest
+from supervisor.options import ServerOptions
+
+from ds4_converge.layout import Layout
+from ds4_converge.render import UnsafeValue, command_line, ini_value, program_conf, supervisord_conf
+
+NASTY = ["/usr/bin/env", "A=x y;z", "B=%(here)s", "C=100%", "/opt/ds4/ds4-server", "-m", "/a b/#m ;x.gguf",
+         "q'\"", "", " #x", "$(rm -rf /)", "a\tb"]
+
+
+def read_back(tmp_path, argv, user=None):
+    layout = Layout(tmp_path / "root")
+    layout.ensure()
+    layout.supervisord_conf.write_text(supervisord_conf(layout))
+    layout.program_conf("ds4").write_text(program_conf(name="ds4", release="r1", argv=argv, directory=str(tmp_path),
+                                                       log=str(tmp_path / "ds4.log"), user=user, stop_wait_s=600))
+    options = ServerOptions()
+    options.realize(args=["-c", str(layout.supervisord_conf)])
+    [group] = options.process_group_configs
+    return options, group.process_configs[0]
+
+
+def test_nasty_values_survive_supervisor_parsing(tmp_path):
+    _, program = read_back(tmp_path, NASTY)
+    assert shlex.split(program.command) == NASTY
+
+
+def test_program_settings(tmp_path):
+    options, program = read_back(tmp_path, ["/bin/true"])
+    assert program.stopsignal == 15 and program.stopwaitsecs == 600
+    assert program.stopasgroup and program.killasgroup
+    assert program.stdout_logfile_maxbytes == 50 * 1024 * 1024
+    assert options.server_configs[0]["family"] == 1  # AF_UNIX only: no inet listener
+    assert not any(c["section"] == "inet_http_server" for c in options.server_configs)
+
+
+@pytest.mark.parametrize("value", ["a\nb", "x ;comment", "%(here)s", " lead"])
+def test_unsafe_ini_values_are_refused(value):
+    with pytest.raises(UnsafeValue):
+        ini_value(value)
+
+
+def test_newline_in_argv_is_refused():
+    with pytest.raises(UnsafeValue):
+        command_line(["/bin/echo", "a\nb"])

@@ -1,0 +1,104 @@
+"""Spec loading: valid examples, FILE:LINE:COL errors, nearest-key hints, --set overrides, schema freshness."""
+from pathlib import Path
+
+import pytest
+
+from ds4_converge.spec_file import SpecInvalid, load_spec, schema_json
+
+REPO = Path(__file__).resolve().parents[2]
+BASE = """\
+engine:
+  repo: https://example.invalid/ds4.git
+  ref: v0.2.0
+  target: cpu
+model:
+  main: /srv/gguf/model.gguf
+"""
+
+
+def write(tmp_path, text):
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    return path
+
+
+def problems(path, overrides=()):
+    with pytest.raises(SpecInvalid) as info:
+        load_spec(path, list(overrides))
+    return info.value.problems
+
+
+@pytest.mark.parametrize("name", ["sim.yaml", "spark.yaml"])
+def test_examples_are_valid(name):
+    loaded = load_spec(REPO / "spec" / "examples" / name)
+    assert loaded.spec.server.speculative.mode == "off"
+
+
+def test_spark_example_matches_the_issue():
+    spec = load_spec(REPO / "spec/examples/spark.yaml").spec
+    assert (spec.server.ctx, spec.server.power, spec.server.warm_weights) == (524288, 100, True)
+    assert spec.engine.installer.endswith("ds4-on-spark/main/install.sh")
+    assert spec.model.main.source.endswith("abliterated-ds4-Q2.gguf")
+
+
+def test_unknown_key_names_line_column_and_nearest_key(tmp_path):
+    path = write(tmp_path, BASE + "server:\n  port: 8000\n  powr: 100\n")
+    assert problems(path) == [f"{path}:9:3: server.powr: unknown key; did you mean 'power'?"]
+
+
+def test_bad_value_names_its_line(tmp_path):
+    path = write(tmp_path, BASE + "server:\n  ctx: many\n")
+    [line] = problems(path)
+    assert line.startswith(f"{path}:8:3: server.ctx: ")
+    assert "integer" in line and '"many"' in line
+
+
+def test_cross_field_error_points_at_the_field(tmp_path):
+    path = write(tmp_path, BASE + "server:\n  speculative: {mode: mtp}\n")
+    [line] = problems(path)
+    assert line.startswith(f"{path}:8:17: server.speculative.mode: speculative mode mtp needs model.mtp")
+
+
+def test_ref_and_installer_are_exclusive(tmp_path):
+    path = write(tmp_path, BASE.replace("  ref: v0.2.0\n", "  ref: v0.2.0\n  installer: ./install.sh\n"))
+    [line] = problems(path)
+    assert ": engine.ref: give exactly one of engine.ref or engine.installer" in line
+
+
+def test_glob_in_model_name_is_refused(tmp_path):
+    path = write(tmp_path, BASE.replace("/srv/gguf/model.gguf", "/srv/gguf/*.gguf"))
+    [line] = problems(path)
+    assert line.startswith(f"{path}:6:9: model.main.source: ") and "exact" in line
+
+
+def test_yaml_off_means_off(tmp_path):
+    path = write(tmp_path, BASE + "server:\n  speculative: {mode: off}\n")
+    assert load_spec(path).spec.server.speculative.mode == "off"
+
+
+def test_newline_in_a_value_is_refused(tmp_path):
+    path = write(tmp_path, BASE + 'server:\n  extra_args: ["--quality\\n--cors"]\n')
+    [line] = problems(path)
+    assert "server.extra_args.0" in line
+
+
+def test_yaml_syntax_error_has_position(tmp_path):
+    path = write(tmp_path, BASE + "server: [unclosed\n")
+    [line] = problems(path)
+    assert line.startswith(f"{path}:") and "invalid YAML" in line
+
+
+def test_set_overrides_and_reports_set_errors(tmp_path):
+    path = write(tmp_path, BASE)
+    loaded = load_spec(path, ["server.ctx=65536", "server.host=localhost"])
+    assert (loaded.spec.server.ctx, loaded.spec.server.host) == (65536, "localhost")
+    assert problems(path, ["server.port=0"])[0].startswith("--set server.port=0: server.port:")
+
+
+def test_host_must_be_ipv4_or_localhost(tmp_path):
+    path = write(tmp_path, BASE + "server:\n  host: myspark.lan\n")
+    assert "IPv4 literal or 'localhost'" in problems(path)[0]
+
+
+def test_schema_file_is_fresh():
+    assert (REPO / "spec" / "schema.json").read_text() == schema_json(), "run: ds4-converge schema > spec/schema.json"
