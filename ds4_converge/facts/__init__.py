@@ -16,7 +16,7 @@ Facts (module.Class -> value):
 * ``disk.ExistingAncestors`` + ``disk.DiskFree``  nearest existing parent, ``df -PB1`` -> ``DiskSpace``
 * ``port.SsListeners``       ``ss -Hltnp 'sport = :PORT'`` -> ``list[Listener]`` (pid, command)
 * ``port.ProcNetListeners``  fallback without ``ss``: ``/proc/net/tcp{,6}`` + ``/proc/*/fd``
-* ``port.ProcessInfo``       ``/proc/PID/comm`` + ``cmdline``
+* ``port.ProcessInfo``       ``/proc/PID/comm`` + ``cmdline``; ``port_holders(port)`` runs all three
 * ``users.Passwd``           ``getent passwd USER`` -> ``PasswdEntry`` (HOME); ``users.CurrentUser`` ``id -un``
 
 :func:`gather_host_facts` runs them all and returns :class:`HostFacts` (``to_json()``);
@@ -35,7 +35,8 @@ from .gpu import DriverInfo, Gpu, NvidiaDriver, NvidiaGpus, parse_gpu_query, par
 from .host import HostFacts, gather_host_facts
 from .memory import Memory, MemoryInfo, parse_meminfo
 from .port import (Listener, ProcessDetails, ProcessInfo, ProcNetListeners, SsListeners, parse_comm_cmdline,
-                   parse_ls_proc_fds, parse_proc_listeners, parse_proc_net_tcp, parse_ss_listeners)
+                   parse_ls_proc_fds, parse_proc_listeners, parse_proc_net_tcp, parse_ss_listeners,
+                   port_holders)
 from .users import CurrentUser, Passwd, PasswdEntry, parse_getent_passwd, parse_id_user
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -15,7 +15,7 @@ so this module reports all of them:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping
 
 from .base import Fact, FactParseError, FrozenModel, Version

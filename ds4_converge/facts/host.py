@@ -13,7 +13,7 @@ from .disk import DiskFree, DiskSpace, ExistingAncestors, assemble_disk
 from .environ import BuildEnvironment
 from .gpu import DriverInfo, Gpu, NvidiaDriver, NvidiaGpus
 from .memory import Memory, MemoryInfo
-from .port import Listener, ProcessInfo, ProcNetListeners, SsListeners
+from .port import Listener, port_holders
 from .users import CurrentUser, Passwd, PasswdEntry
 
 
@@ -112,12 +112,7 @@ def gather_host_facts(
     disks = assemble_disk(wanted, ancestors, measured, entries)
 
     # port
-    ss = rec(SsListeners(port=port))
-    listeners = ss.value
-    if ss.probe.status == "missing":
-        listeners = rec.value(ProcNetListeners(port=port))
-    details = {pid: rec.value(ProcessInfo(pid=pid)) for pid in _unique_pids(listeners)}
-    listeners = [_enrich(entry, details.get(entry.pid)) for entry in listeners]
+    listeners = port_holders(port, run=rec)
 
     # user
     user = service_user or rec.value(CurrentUser())
@@ -140,12 +135,3 @@ def gather_host_facts(
         probes=rec.probes,
     )
 
-
-def _unique_pids(listeners: Sequence[Listener]) -> list[int]:
-    return list(dict.fromkeys(entry.pid for entry in listeners if entry.pid is not None))
-
-
-def _enrich(entry: Listener, details) -> Listener:
-    if details is None:
-        return entry
-    return entry.model_copy(update={"command": entry.command or details.comm, "cmdline": details.cmdline})

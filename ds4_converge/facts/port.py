@@ -12,7 +12,9 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from .base import Fact, FactParseError, FrozenModel
+from typing import Callable
+
+from .base import Fact, FactParseError, FactRunner, FrozenModel, Observation, observe
 
 TCP_LISTEN = "0A"
 
@@ -211,3 +213,30 @@ class ProcessInfo(Fact[ProcessDetails | None]):
 
     def parse(self, stdout: str) -> ProcessDetails:
         return parse_comm_cmdline(stdout, self.pid)
+
+
+# ---- composed -------------------------------------------------------------------------
+
+
+def port_holders(port: int, runner: FactRunner | None = None, *,
+                 run: Callable[[Fact], Observation] | None = None) -> list[Listener]:
+    """Who listens on ``port``: ``ss`` (or the ``/proc`` fallback when ``ss`` is missing),
+    each listener completed with ``/proc/PID/comm`` and ``cmdline``.
+
+    ``pid`` is ``None`` for a socket whose process this user may not see.
+    ``run`` lets :func:`~.host.gather_host_facts` record the probes; default: :func:`observe`.
+    """
+    run = run or (lambda fact: observe(fact, runner))
+    ss = run(SsListeners(port=port))
+    listeners = ss.value
+    if ss.probe.status == "missing":
+        listeners = run(ProcNetListeners(port=port)).value
+    pids = dict.fromkeys(entry.pid for entry in listeners if entry.pid is not None)
+    details = {pid: run(ProcessInfo(pid=pid)).value for pid in pids}
+    return [_enrich(entry, details.get(entry.pid)) for entry in listeners]
+
+
+def _enrich(entry: Listener, details: ProcessDetails | None) -> Listener:
+    if details is None:
+        return entry
+    return entry.model_copy(update={"command": entry.command or details.comm, "cmdline": details.cmdline})
