@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"{args.spec}: paths.root: {exc}", markup=False)
         return INVALID
     try:
-        with RunLock(ctx.layout.lock_file):
+        read_only = command == "status" or getattr(args, "check", False)
+        with RunLock(ctx.layout.lock_file, read_only=read_only):
             if command == "converge":
                 return _converge(ctx, args, out)
             return globals()[f"_{command}"](ctx, args, out)

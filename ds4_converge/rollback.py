@@ -9,21 +9,23 @@ from .roles import probe, service
 
 
 def rollback(ctx: Context) -> Outcome:
-    last_good, current = ctx.state.last_good, ctx.state.current
-    if last_good is None:
-        return Outcome(ok=False, error="rollback: no last good release recorded",
-                       results=[RoleResult("rollback", "failed", "no last good release recorded")])
+    """To last good when something else (or nothing) runs; from last good to the good one before it."""
+    state = ctx.state
     running = ctx.supervisor.running_pid(ctx.spec.server.name) if ctx.supervisor.is_running() else None
-    if current is not None and current.same_config(last_good) and running:
-        return Outcome(ok=True, release=last_good.release, endpoint=last_good.endpoint,
-                       results=[RoleResult("rollback", "ok", f"already on last good {last_good.release}")])
+    on_last_good = state.current is not None and state.current.same_config(state.last_good) and running
+    target = state.previous_good if on_last_good else state.last_good
+    if target is None:
+        why = "no earlier good release recorded" if on_last_good else "no last good release recorded"
+        return Outcome(ok=False, error=f"rollback: {why}", results=[RoleResult("rollback", "failed", why)])
     if not ctx.supervisor.is_running():
         ctx.supervisor.start_daemon()
-    service.switch_to(ctx, last_good)
+    service.switch_to(ctx, target)
     try:
         pid = wait_healthy(probe.target(ctx), probe.process_state(ctx))
     except Unhealthy as exc:
-        return Outcome(ok=False, release=last_good.release, error=f"rollback: {last_good.release} is not healthy: {exc}",
+        return Outcome(ok=False, release=target.release, error=f"rollback: {target.release} is not healthy: {exc}",
                        results=[RoleResult("rollback", "failed", str(exc))])
-    return Outcome(ok=True, release=last_good.release, endpoint=last_good.endpoint,
-                   results=[RoleResult("rollback", "changed", f"back on {last_good.release} (pid {pid})")])
+    state.bless(target)
+    state.save(ctx.layout.state_file)
+    return Outcome(ok=True, release=target.release, endpoint=target.endpoint,
+                   results=[RoleResult("rollback", "changed", f"back on {target.release} (pid {pid})")])

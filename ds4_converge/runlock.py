@@ -12,21 +12,29 @@ class LockHeld(Exception):
 
 
 class RunLock:
-    def __init__(self, path: Path):
-        self.path = path
+    """`read_only` (check mode): a shared lock that creates and writes nothing; a writer still excludes it."""
+
+    def __init__(self, path: Path, *, read_only: bool = False):
+        self.path, self.read_only = path, read_only
         self._fd: int | None = None
 
     def __enter__(self) -> RunLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if self.read_only:
+            if not self.path.exists():
+                return self  # a box never converged: nothing to protect
+            fd = os.open(self.path, os.O_RDONLY)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if self.read_only else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
             os.close(fd)
             raise LockHeld(self.path, holder) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        if not self.read_only:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
         return self
 

@@ -27,22 +27,42 @@ class Deployment:
         return other is not None and other.program_conf == self.program_conf
 
 
+HISTORY = 5
+
+
 @dataclass
 class State:
     current: Deployment | None = None
-    last_good: Deployment | None = None
+    good: list[Deployment] = field(default_factory=list)  # oldest first; the last one is "last good"
+
+    @property
+    def last_good(self) -> Deployment | None:
+        return self.good[-1] if self.good else None
+
+    @property
+    def previous_good(self) -> Deployment | None:
+        """The good deployment before last good with another config: where `rollback` goes from last good."""
+        last = self.last_good
+        return next((d for d in reversed(self.good[:-1]) if not d.same_config(last)), None)
+
+    def bless(self, deployment: Deployment) -> None:
+        """Record a deployment that passed the whole probe, soak included."""
+        self.good = [d for d in self.good if not d.same_config(deployment)][-(HISTORY - 1):] + [deployment]
+        self.current = deployment
 
     @classmethod
     def load(cls, path: Path) -> State:
         if not path.exists():
             return cls()
         data = json.loads(path.read_text())
-        return cls(**{k: Deployment(**v) if v else None for k, v in data.items() if k in ("current", "last_good")})
+        current = Deployment(**data["current"]) if data.get("current") else None
+        return cls(current=current, good=[Deployment(**d) for d in data.get("good", [])])
 
     def save(self, path: Path) -> None:
         data = {"current": asdict(self.current) if self.current else None,
-                "last_good": asdict(self.last_good) if self.last_good else None}
+                "good": [asdict(d) for d in self.good]}
         write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
     def releases_in_use(self) -> set[str]:
-        return {d.release for d in (self.current, self.last_good) if d}
+        """Releases that must never be pruned: what runs, last good, and where rollback would go."""
+        return {d.release for d in (self.current, self.last_good, self.previous_good) if d}

@@ -55,6 +55,6 @@ def apply(ctx: Context, plan: RolePlan) -> str:
         pid = wait_healthy(target(ctx), process_state(ctx))
     except Unhealthy as exc:
         raise RoleFailed(f"release {ctx.desired.release} is not healthy: {exc}") from None
-    ctx.state.current = ctx.state.last_good = ctx.desired.stamped()
+    ctx.state.bless(ctx.desired.stamped())
     ctx.state.save(ctx.layout.state_file)
     return f"healthy (pid {pid}); release {ctx.desired.release} is now last good"

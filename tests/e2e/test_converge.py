@@ -1,0 +1,116 @@
+"""Converge one box for real: from scratch, no-op, changes, upgrades, check mode, locks."""
+import json
+import subprocess
+import sys
+import time
+
+import requests
+
+from conftest import engine_pids
+
+
+def test_converge_from_scratch_then_noop(box):
+    rc, first = box.converge()
+    assert rc == 0, first
+    assert first["ok"] and first["changed"] and not first["reverted"]
+    assert first["endpoint"] == box.endpoint
+    assert {r["name"]: r["status"] for r in first["roles"]}["engine"] == "changed"
+    models = requests.get(f"{box.endpoint}/v1/models", timeout=5).json()
+    assert models["data"][0]["id"] == "deepseek-v4-flash"
+    status = box.status()
+    assert status["healthy"] and status["release"] == first["release"] == status["last_good"]
+    pid = status["pid"]
+
+    rc, second = box.converge()
+    assert rc == 0 and second["ok"] and not second["changed"], second
+    assert all(r["status"] == "ok" for r in second["roles"])
+    assert box.status()["pid"] == pid
+    service = next(r for r in second["roles"] if r["name"] == "service")
+    assert f"(pid {pid}), config unchanged" in service["msg"]
+
+
+def test_ctx_change_restarts_and_stays_healthy(box):
+    assert box.converge()[0] == 0
+    old_pid = box.status()["pid"]
+    rc, document = box.converge("--set", "server.ctx=65536")
+    assert rc == 0 and document["changed"], document
+    status = box.status()
+    assert status["healthy"] and status["pid"] != old_pid
+    assert requests.get(f"{box.endpoint}/v1/models", timeout=5).json()["data"][0]["context_length"] == 65536
+    engine = next(r for r in document["roles"] if r["name"] == "engine")
+    assert engine["status"] == "ok", "a ctx change must not rebuild"
+
+
+def test_upgrade_builds_a_new_release_and_keeps_the_old(box):
+    rc, old = box.converge()
+    assert rc == 0
+    box.spec["engine"]["ref"] = "v0.3.0"
+    box.write()
+    rc, new = box.converge()
+    assert rc == 0 and new["release"] != old["release"], new
+    releases = {p.name for p in (box.root / "releases").iterdir()}
+    assert {old["release"], new["release"]} <= releases
+    assert box.status()["last_good"] == new["release"]
+
+
+def test_check_mode_changes_nothing(box):
+    assert box.converge()[0] == 0
+    before_tree, before_pids = box.tree(), engine_pids()
+    box.spec["engine"]["ref"] = "v0.3.0"
+    box.spec["server"]["ctx"] = 65536
+    box.write()
+    proc = box.cli(str(box.spec_path), "--check", "--diff")
+    assert proc.returncode == 0, proc.stderr
+    assert "would build" in proc.stdout and "check mode" in proc.stdout
+    assert box.tree() == before_tree
+    assert engine_pids() == before_pids
+
+    box.spec["engine"]["ref"] = "v0.2.0"  # built already: the diff shows the exact command line change
+    box.write()
+    proc = box.cli(str(box.spec_path), "--check", "--diff")
+    assert "-c 32768" in proc.stdout and "+command=" in proc.stdout and "65536" in proc.stdout
+    assert box.tree() == before_tree and engine_pids() == before_pids
+
+
+def test_check_mode_on_a_fresh_box_creates_nothing(box):
+    proc = box.cli(str(box.spec_path), "--check", "--json")
+    document = json.loads(proc.stdout)
+    assert proc.returncode == 0 and document["changed"], document
+    assert not box.root.exists()
+
+
+def test_invalid_spec_exits_2_with_position_and_touches_nothing(box):
+    box.spec_path.write_text(box.spec_path.read_text() + "bogus_section: 1\n")
+    proc = box.cli(str(box.spec_path))
+    assert proc.returncode == 2
+    assert f"{box.spec_path}:" in proc.stderr and "bogus_section: unknown key" in proc.stderr
+    assert not box.root.exists()
+
+
+def test_a_concurrent_run_exits_3_naming_the_holder(box):
+    box.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"] = "4"
+    box.write()
+    first = subprocess.Popen([sys.executable, "-m", "ds4_converge.cli", str(box.spec_path), "--json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lock = box.root / "converge.lock"
+    deadline = time.monotonic() + 30
+    while not (lock.exists() and lock.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = box.cli(str(box.spec_path))
+    assert second.returncode == 3
+    assert f"pid {first.pid}" in second.stderr
+    assert first.wait(timeout=120) == 0
+
+
+def test_rollback_goes_back_to_the_previous_good_release(box):
+    rc, old = box.converge()
+    assert rc == 0
+    box.spec["engine"]["ref"] = "v0.3.0"
+    box.write()
+    rc, new = box.converge()
+    assert rc == 0
+    proc = box.cli("rollback", str(box.spec_path), "--json")
+    document = json.loads(proc.stdout)
+    assert proc.returncode == 0 and document["release"] == old["release"], document
+    status = box.status()
+    assert status["healthy"] and status["release"] == old["release"] == status["last_good"]

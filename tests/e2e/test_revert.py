@@ -1,0 +1,62 @@
+"""Upgrades to broken engines revert on their own; a failed build never touches the serving release."""
+import pytest
+import requests
+
+FAULT_TAGS = ["v0.3.1-crash-at-start", "v0.3.1-hang", "v0.3.1-wrong-model", "v0.3.1-wrong-answer",
+              "v0.3.1-crash-after"]
+
+
+@pytest.mark.parametrize("tag", FAULT_TAGS)
+def test_a_broken_upgrade_reverts_to_last_good(served_box, tag):
+    box = served_box
+    before = box.status()
+    assert before["healthy"]
+    box.spec["engine"]["ref"] = tag
+    box.spec["health"]["deadline_s"] = 6
+    box.spec["health"]["soak_s"] = 5  # crash-after dies 3 s after it starts serving
+    box.write()
+    try:
+        rc, document = box.converge()
+    finally:
+        box.spec["engine"]["ref"] = "v0.2.0"
+        box.spec["health"].update(deadline_s=15, soak_s=1.5)
+        box.write()
+    assert rc == 1, document
+    assert document["reverted"] and not document["ok"]
+    assert f"reverted to {before['release']}" in document["error"]
+    assert document["release"] == before["release"]
+    after = box.status()
+    assert after["healthy"] and after["release"] == before["release"] == after["last_good"]
+    assert after["pid"] != before["pid"]
+    answer = requests.post(f"{box.endpoint}/v1/chat/completions", timeout=10, json={
+        "model": "deepseek-chat", "messages": [{"role": "user", "content": "What is the capital of France?"}]})
+    assert "Paris" in answer.json()["choices"][0]["message"]["content"]
+
+
+def test_a_failed_build_leaves_the_serving_release_untouched(served_box):
+    box = served_box
+    before = box.status()
+    box.spec["engine"]["ref"] = "v0.3.1-build-fails"
+    box.write()
+    try:
+        rc, document = box.converge()
+        logs = box.cli("logs", str(box.spec_path))
+    finally:
+        box.spec["engine"]["ref"] = "v0.2.0"
+        box.write()
+    assert rc == 1 and not document["reverted"]
+    assert "build failed" in document["error"] and "serving release is untouched" in document["error"]
+    after = box.status()
+    assert (after["pid"], after["release"], after["healthy"]) == (before["pid"], before["release"], True)
+    assert "failed build" in logs.stdout
+    assert not any(p.name.startswith(".") for p in (box.root / "releases").iterdir()), "half-built tree left"
+
+
+def test_first_install_that_fails_is_left_stopped(box):
+    box.spec["engine"]["ref"] = "v0.3.1-crash-at-start"
+    box.write()
+    rc, document = box.converge()
+    assert rc == 1 and not document["reverted"]
+    assert "no last good release" in document["error"]
+    status = box.status()
+    assert status["pid"] is None and status["last_good"] is None
