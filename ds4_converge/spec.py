@@ -66,6 +66,8 @@ class Toolchain(Strict):
     cuda_home: SafeStr | None = Field(None, description="toolkit directory, e.g. /usr/local/cuda-13.2")
     min_version: str | None = Field(None, pattern=r"^\d+\.\d+$", description="lowest acceptable nvcc version")
     install_compat: bool = Field(False, description="apt-get install cuda-compat-X-Y when the driver is older")
+    search: list[SafeStr] = Field(["/usr/local/cuda*"], description="globs of toolkit directories to consider")
+    cuda_link: SafeStr = Field("/usr/local/cuda", description="the link the engine's Makefile defaults CUDA_HOME to")
 
 
 HF_OR_URL_OR_PATH = "hf://ORG/REPO/FILE[@REVISION], https://… or a local path"
