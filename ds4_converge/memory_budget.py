@@ -1,0 +1,88 @@
+"""Will the model set and context fit in host memory? Preflight arithmetic, before the engine is started.
+
+On a DGX Spark a model that does not fit is not a clean error: the OOM killer or a frozen host (field notes
+6.3), so we refuse up front. Figures come from engine knowledge (reference section 7):
+  KV (startup "context buffers") = fixed raw SWA rows + ctx x (bytes_per_token + scratch_bytes_per_token)
+  weights are the GGUF file sizes (the whole file is mapped).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ds4_converge.engine_knowledge import load as load_knowledge
+
+GIB = 1024**3
+MIB = 1024**2
+OS_HEADROOM_BYTES = 8 * GIB
+# ds4_cuda.cu also goes managed when context buffers >= 8 GiB and free memory minus them would drop below a
+# reserve of 25 % of total memory, clamped to 8..40 GiB (reference section 7). Not in ds4.yaml yet.
+RESERVE_FRACTION = 0.25
+RESERVE_MIN_BYTES = 8 * GIB
+RESERVE_MAX_BYTES = 40 * GIB
+
+Level = Literal["ok", "warn", "error"]
+
+
+@dataclass(frozen=True)
+class Budget:
+    ctx: int
+    weights: int
+    kv: int          # context buffers: KV cache + scratch
+    kv_cache: int    # the KV cache alone (raw + compressed rows), what the managed threshold applies to
+    drafter: int
+    total: int
+    kv_managed: bool      # the KV cache alone reaches the engine's managed-memory threshold
+    managed_threshold: int
+
+
+def estimate(weights_bytes: int, ctx: int, drafter_bytes: int = 0, knowledge: dict | None = None) -> Budget:
+    """`weights_bytes`: main GGUF (+ MTP file if used); `drafter_bytes`: the DSpark drafter GGUF."""
+    if ctx <= 0 or weights_bytes < 0 or drafter_bytes < 0:
+        raise ValueError(f"invalid memory estimate input: ctx={ctx}, weights={weights_bytes}, drafter={drafter_bytes}")
+    kv_facts = (knowledge or load_knowledge())["kv"]
+    kv_cache = kv_facts["fixed_bytes"] + ctx * kv_facts["bytes_per_token"]
+    kv = kv_cache + ctx * kv_facts["scratch_bytes_per_token"]
+    return Budget(
+        ctx=ctx,
+        weights=weights_bytes,
+        kv=kv,
+        kv_cache=kv_cache,
+        drafter=drafter_bytes,
+        total=weights_bytes + kv + drafter_bytes,
+        kv_managed=kv_cache >= kv_facts["managed_threshold_bytes"],
+        managed_threshold=kv_facts["managed_threshold_bytes"],
+    )
+
+
+def judge(budget: Budget, mem_total_bytes: int, headroom_bytes: int = OS_HEADROOM_BYTES) -> tuple[Level, str]:
+    """('error', …) when it cannot fit, ('warn', …) when KV will fall back to managed memory, else ('ok', …)."""
+    usable = mem_total_bytes - headroom_bytes
+    numbers = _numbers(budget, mem_total_bytes, headroom_bytes)
+    managed = budget.kv_managed or _managed_by_reserve(budget, mem_total_bytes)
+    if budget.total > usable:
+        return "error", (f"does not fit: {numbers}; short by {_gib(budget.total - usable)}. "
+                         f"Lower ctx, drop the drafter or use a smaller quant")
+    if managed:
+        return "warn", (f"fits, but the engine will put the KV cache in managed (migratable) memory, "
+                        f"which is slower: {numbers}. Lower ctx to avoid it")
+    return "ok", f"fits: {numbers}"
+
+
+def _managed_by_reserve(budget: Budget, mem_total_bytes: int) -> bool:
+    reserve = min(max(RESERVE_FRACTION * mem_total_bytes, RESERVE_MIN_BYTES), RESERVE_MAX_BYTES)
+    free_after_weights = mem_total_bytes - budget.weights - budget.drafter
+    return budget.kv >= budget.managed_threshold and free_after_weights - budget.kv < reserve
+
+
+def _numbers(budget: Budget, mem_total_bytes: int, headroom_bytes: int) -> str:
+    parts = [f"weights {_gib(budget.weights)}", f"KV {_gib(budget.kv)} (ctx {budget.ctx})"]
+    if budget.drafter:
+        parts.append(f"drafter {_gib(budget.drafter)}")
+    return (f"{' + '.join(parts)} = {_gib(budget.total)} needed, "
+            f"{_gib(mem_total_bytes - headroom_bytes)} usable of {_gib(mem_total_bytes)} RAM "
+            f"({_gib(headroom_bytes)} kept for the OS)")
+
+
+def _gib(n: int | float) -> str:
+    return f"{n / GIB:.1f} GiB"
