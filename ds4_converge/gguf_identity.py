@@ -132,16 +132,17 @@ class _Cursor:
         return value
 
     def string(self) -> str:
-        n = self._length(self.scalar("<Q"))
+        n = self.checked_count(self.scalar("<Q"))
         text = bytes(self.buf[self.pos:self.pos + n]).decode("utf-8", "replace")
         self.pos += n
         return text
 
     def skip_string(self) -> None:
-        n = self._length(self.scalar("<Q"))  # not `self.pos += …(self.scalar())`: pos would be read first
+        n = self.checked_count(self.scalar("<Q"))  # not `self.pos += …(self.scalar())`: pos would be read first
         self.pos += n
 
-    def _length(self, n: int, item_size: int = 1) -> int:
+    def checked_count(self, n: int, item_size: int = 1) -> int:
+        """n, unless n items of item_size bytes cannot fit in what is left of the file."""
         if n * item_size > len(self.buf) - self.pos:
             raise ValueError(f"truncated or corrupt GGUF header at byte {self.pos}")
         return n
@@ -156,15 +157,15 @@ class _Cursor:
     def array(self):
         item_type, count = self.scalar("<I"), self.scalar("<Q")
         if count <= SMALL_ARRAY:
-            return [self.value(item_type) for _ in range(self._length(count))]
+            return [self.value(item_type) for _ in range(self.checked_count(count))]
         if item_type == _T.STRING:
-            for _ in range(self._length(count, 8)):
+            for _ in range(self.checked_count(count, 8)):
                 self.skip_string()
         elif item_type == _T.ARRAY:
-            for _ in range(self._length(count, 12)):
+            for _ in range(self.checked_count(count, 12)):
                 self.array()
         else:
-            self.pos += struct.calcsize(_SCALAR_FORMATS[_T(item_type)]) * self._length(count)
+            self.pos += struct.calcsize(_SCALAR_FORMATS[_T(item_type)]) * self.checked_count(count)
         return f"<array of {count}>"
 
 
@@ -178,14 +179,14 @@ def read_gguf_header(path: str | Path) -> tuple[dict, list[str]]:
         if fields[GGUF_VERSION_KEY] not in (2, 3):
             raise ValueError(f"unsupported GGUF version {fields[GGUF_VERSION_KEY]} (or big-endian)")
         n_tensors, n_kv = cur.scalar("<Q"), cur.scalar("<Q")
-        for _ in range(cur._length(n_kv, 12)):
+        for _ in range(cur.checked_count(n_kv, 12)):
             key = cur.string()
             fields[key] = cur.value(cur.scalar("<I"))
         names = []
-        for _ in range(cur._length(n_tensors, 24)):
+        for _ in range(cur.checked_count(n_tensors, 24)):
             names.append(cur.string())
             n_dims = cur.scalar("<I")
-            cur.pos += 8 * cur._length(n_dims, 8) + 4 + 8  # dims, type, offset
+            cur.pos += 8 * cur.checked_count(n_dims, 8) + 4 + 8  # dims, type, offset
         return fields, names
 
 
