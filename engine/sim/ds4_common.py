@@ -1,0 +1,457 @@
+"""Shared runtime of the ds4 programs: logging, instance lock, GGUF reading and
+model validation, build settings and the weight-load phase.
+
+Only the Python standard library is used: the built programs run on a bare
+interpreter.
+"""
+
+import errno
+import fcntl
+import os
+import re
+import struct
+import sys
+import time
+
+try:  # baked in by `make` (tools/build.py); absent when run from the source tree
+    from _build_info import BUILD  # type: ignore
+except ImportError:  # pragma: no cover - source-tree runs only
+    BUILD = {
+        "target": "source",
+        "cuda_arch": "",
+        "nvcc": "none",
+        "flavour": "upstream",
+        "version": "",
+        "conf": {"load_seconds": "1", "fault": "none"},
+    }
+
+PROG = "ds4"
+TIMESTAMPS = False  # the server prefixes every line with "MMDD HH:MM:SS "
+
+KNOWN_FAULTS = ("none", "crash-at-start", "crash-after", "hang", "wrong-model",
+                "wrong-answer", "build-fails")
+
+
+# --------------------------------------------------------------------------- logging
+
+def log(msg):
+    if TIMESTAMPS:
+        msg = time.strftime("%m%d %H:%M:%S ") + msg
+    try:
+        sys.stderr.write(msg + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def die(msg, code=1):
+    log(msg)
+    sys.exit(code)
+
+
+# --------------------------------------------------------------------------- settings
+
+def _conf(name, default):
+    return str(BUILD.get("conf", {}).get(name, default))
+
+
+def setting_float(env, name, default):
+    raw = os.environ.get(env)
+    if raw is None or raw.strip() == "":
+        raw = _conf(name, default)
+    try:
+        val = float(raw)
+    except ValueError:
+        val = float(default)
+    return max(val, 0.0)
+
+
+def load_seconds():
+    return setting_float("DS4_SIM_LOAD_SECONDS", "load_seconds", "3")
+
+
+def decode_tok_s():
+    return max(setting_float("DS4_SIM_DECODE_TOK_S", "decode_tok_s", "200"), 1.0)
+
+
+def prefill_tok_s():
+    return max(setting_float("DS4_SIM_PREFILL_TOK_S", "prefill_tok_s", "4000"), 1.0)
+
+
+def fault():
+    """Returns (name, arg): e.g. ("crash-after", 3.0) or ("none", None)."""
+    raw = os.environ.get("DS4_SIM_FAULT")
+    if raw is None or raw.strip() == "":
+        raw = _conf("fault", "none")
+    raw = raw.strip()
+    name, _, arg = raw.partition(":")
+    if name not in KNOWN_FAULTS:
+        return "none", None
+    if name == "crash-after":
+        try:
+            return name, max(float(arg), 0.0)
+        except ValueError:
+            return name, 3.0
+    return name, None
+
+
+def is_cuda_build():
+    return str(BUILD.get("target", "")).startswith("cuda")
+
+
+def build_line():
+    nvcc = BUILD.get("nvcc") or "none"
+    if nvcc != "none":
+        m = re.search(r"V(\d+\.\d+\.\d+)", nvcc) or re.search(r"release (\d+\.\d+)", nvcc)
+        nvcc = m.group(1) if m else nvcc.replace(" ", "_")
+    return "ds4: build target=%s arch=%s nvcc=%s flavour=%s" % (
+        BUILD.get("target", ""), BUILD.get("cuda_arch", ""), nvcc, BUILD.get("flavour", ""))
+
+
+# --------------------------------------------------------------------------- instance lock
+
+_lock_fd = None
+
+
+def acquire_instance_lock():
+    """flock DS4_LOCK_FILE (default /tmp/ds4.lock), truncate it and write our pid.
+    The descriptor stays open for the life of the process."""
+    global _lock_fd
+    path = os.environ.get("DS4_LOCK_FILE") or "/tmp/ds4.lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        die("ds4: cannot open lock file %s: %s" % (path, e.strerror), 1)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            try:
+                other = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
+            except OSError:
+                other = "?"
+            die("ds4: another ds4 process is already running (pid %s); refusing to start" % other, 2)
+        die("ds4: cannot lock %s: %s" % (path, e.strerror), 1)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, ("%d\n" % os.getpid()).encode(), 0)
+    _lock_fd = fd
+    return path
+
+
+# --------------------------------------------------------------------------- GGUF
+
+GGUF_MAGIC = b"GGUF"
+
+# ggml type id -> (block elements, block bytes)
+GGML_TYPES = {
+    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+    9: (32, 36), 10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176),
+    14: (256, 210), 15: (256, 292), 16: (256, 66), 17: (256, 74), 18: (256, 98),
+    19: (256, 50), 20: (32, 18), 21: (256, 110), 22: (256, 82), 23: (256, 136),
+    24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8), 29: (256, 56),
+    30: (1, 2), 39: (32, 17),
+}
+
+_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+           10: "<Q", 11: "<q", 12: "<d"}
+
+
+class GGUFError(Exception):
+    pass
+
+
+class GGUFFile:
+    def __init__(self, path, size, version, kv, tensors, data_offset):
+        self.path = path
+        self.size = size
+        self.version = version
+        self.kv = kv                # key -> python value
+        self.tensors = tensors      # list of (name, dims, type, offset)
+        self.data_offset = data_offset
+
+    def tensor_names(self):
+        return [t[0] for t in self.tensors]
+
+    def expected_size(self):
+        end = self.data_offset
+        for _name, dims, typ, off in self.tensors:
+            if typ not in GGML_TYPES:
+                continue
+            n = 1
+            for d in dims:
+                n *= d
+            blk, nbytes = GGML_TYPES[typ]
+            end = max(end, self.data_offset + off + (n + blk - 1) // blk * nbytes)
+        return end
+
+
+class _Reader:
+    def __init__(self, f, size):
+        self.f = f
+        self.size = size
+
+    def read(self, n):
+        b = self.f.read(n)
+        if len(b) != n:
+            raise GGUFError("unexpected end of file")
+        return b
+
+    def scalar(self, t):
+        fmt = _SCALAR[t]
+        return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
+
+    def string(self):
+        n = self.scalar(10)
+        if n > self.size:
+            raise GGUFError("string length out of range")
+        return self.read(n).decode("utf-8", "replace")
+
+    def value(self, t, depth=0):
+        if t in _SCALAR:
+            return self.scalar(t)
+        if t == 8:
+            return self.string()
+        if t == 9 and depth == 0:
+            et = self.scalar(4)
+            n = self.scalar(10)
+            if n > self.size:
+                raise GGUFError("array length out of range")
+            return [self.value(et, depth + 1) for _ in range(n)]
+        raise GGUFError("unknown metadata value type %d" % t)
+
+
+def read_gguf(path, what="model"):
+    """Opens and parses a GGUF header, metadata and tensor table.
+    Exits like the engine on the classic failures."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        die("ds4: cannot open %s '%s': %s" % (what, path, e.strerror or e), 1)
+    with f:
+        try:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(24)
+        except OSError as e:
+            die("ds4: cannot open %s '%s': %s" % (what, path, e.strerror or e), 1)
+        if len(head) < 24:
+            die("ds4: %s file is too small to be GGUF" % what, 1)
+        if head[:4] != GGUF_MAGIC:
+            die("ds4: %s is not a GGUF file" % what, 1)
+        version, n_tensors, n_kv = struct.unpack("<IQQ", head[4:24])
+        if version != 3:
+            die("ds4: only GGUF v3 is supported (%s has version %d)" % (what, version), 1)
+        r = _Reader(f, size)
+        try:
+            if n_kv > size or n_tensors > size:
+                raise GGUFError("counts out of range")
+            kv = {}
+            for _ in range(n_kv):
+                key = r.string()
+                kv[key] = r.value(r.scalar(4))
+            tensors = []
+            for _ in range(n_tensors):
+                name = r.string()
+                nd = r.scalar(4)
+                if nd > 8:
+                    raise GGUFError("tensor %s has %d dimensions" % (name, nd))
+                dims = [r.scalar(10) for _ in range(nd)]
+                typ = r.scalar(4)
+                off = r.scalar(10)
+                tensors.append((name, dims, typ, off))
+            pos = f.tell()
+        except (GGUFError, struct.error) as e:
+            die("ds4: failed to read GGUF metadata of %s: %s" % (what, e), 1)
+    align = kv.get("general.alignment", 32)
+    if not isinstance(align, int) or align <= 0:
+        align = 32
+    data_offset = (pos + align - 1) // align * align
+    g = GGUFFile(path, size, version, kv, tensors, data_offset)
+    want = g.expected_size()
+    if g.tensors and want > size:
+        die("ds4: %s file is truncated (%d bytes, tensor data needs %d)" % (what, size, want), 1)
+    return g
+
+
+# keys config_validate_model() insists on, with their fixed values
+MAIN_REQUIRED = [
+    ("deepseek4.block_count", 43),
+    ("deepseek4.embedding_length", 4096),
+    ("deepseek4.vocab_size", 129280),
+    ("deepseek4.attention.head_count", 64),
+    ("deepseek4.attention.head_count_kv", 1),
+    ("deepseek4.attention.key_length", 512),
+    ("deepseek4.attention.value_length", 512),
+    ("deepseek4.rope.dimension_count", 64),
+    ("deepseek4.attention.q_lora_rank", 1024),
+    ("deepseek4.attention.output_lora_rank", 1024),
+    ("deepseek4.attention.output_group_count", 8),
+    ("deepseek4.attention.sliding_window", 128),
+    ("deepseek4.expert_count", 256),
+    ("deepseek4.expert_used_count", 6),
+    ("deepseek4.expert_feed_forward_length", 2048),
+    ("deepseek4.expert_shared_count", 1),
+    ("deepseek4.hash_layer_count", 3),
+    ("deepseek4.indexer.head_count", 64),
+    ("deepseek4.indexer.key_length", 128),
+    ("deepseek4.indexer.top_k", 512),
+    ("deepseek4.hyper_connection.count", 4),
+    ("deepseek4.hyper_connection.sinkhorn_iterations", 20),
+    ("deepseek4.rope.scaling.original_context_length", 65536),
+    ("deepseek4.rope.scaling.factor", 16),
+    ("deepseek4.expert_weights_scale", 1.5),
+    ("deepseek4.expert_weights_norm", True),
+]
+
+DSPARK_ARCH = "deepseek4-dspark"
+DSPARK_REQUIRED = [
+    ("deepseek4.dspark.layer_count", 3),
+    ("deepseek4.dspark.block_size", 5),
+    ("deepseek4.dspark.markov_rank", 256),
+    ("deepseek4.dspark.noise_token_id", 128799),
+    ("deepseek4.dspark.expert_count", 256),
+]
+
+VARIANT_KEY = "deepseek4.checkpoint_variant"
+
+
+def _fmt(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v == int(v):
+        return "%g" % v
+    if isinstance(v, list):
+        return "[%s]" % ",".join(_fmt(x) for x in v[:8])
+    return str(v)
+
+
+def _matches(got, want):
+    if isinstance(want, bool):
+        return isinstance(got, bool) and got == want
+    if isinstance(got, bool) or not isinstance(got, (int, float)):
+        return False
+    if isinstance(want, float) or isinstance(got, float):
+        return abs(float(got) - float(want)) < 1e-6
+    return got == want
+
+
+def validate_main(g):
+    for key, want in MAIN_REQUIRED:
+        if key not in g.kv:
+            die("ds4: required metadata key is missing: %s" % key, 1)
+        got = g.kv[key]
+        if not _matches(got, want):
+            die("ds4: expected %s=%s for DeepSeek4 Flash, got %s" % (key, _fmt(want), _fmt(got)), 1)
+
+
+def variant(g):
+    v = g.kv.get(VARIANT_KEY)
+    return str(v) if v not in (None, "") else "legacy"
+
+
+def open_mtp(path):
+    g = read_gguf(path, "MTP model")
+    if not any(n.startswith("mtp.0.") for n in g.tensor_names()):
+        die("ds4: required tensor is missing: mtp.0.eh_proj.weight (is '%s' an MTP GGUF?)" % path, 1)
+    return g
+
+
+def open_dspark(path):
+    g = read_gguf(path, "DSpark drafter")
+    arch = g.kv.get("general.architecture")
+    if arch != DSPARK_ARCH:
+        die("ds4: DSpark drafter '%s' has general.architecture=%s, expected %s"
+            % (path, _fmt(arch), DSPARK_ARCH), 1)
+    for key, want in DSPARK_REQUIRED:
+        if key not in g.kv:
+            die("ds4: DSpark drafter: required metadata key is missing: %s" % key, 1)
+        if not _matches(g.kv[key], want):
+            die("ds4: DSpark drafter: expected %s=%s, got %s" % (key, _fmt(want), _fmt(g.kv[key])), 1)
+    return g
+
+
+# --------------------------------------------------------------------------- load phase
+
+class Stop(Exception):
+    """Raised by simulate_load when a shutdown was requested."""
+
+
+def sim_model_gib(g):
+    gib = g.size / float(1 << 30)
+    return gib if gib >= 1.0 else 80.76
+
+
+def gpu_name():
+    arch = BUILD.get("cuda_arch") or ""
+    if BUILD.get("target") == "cuda-spark" or arch in ("sm_121", "sm_121a", "native", ""):
+        return "NVIDIA GB10 (sm_121)"
+    return "NVIDIA H200 (%s)" % arch
+
+
+def simulate_load(g, backend, warm, stop_requested, hang=False):
+    """Sleeps load_seconds in small steps, printing progress like the engine.
+    stop_requested() is polled; when it turns true, Stop is raised."""
+    total = load_seconds()
+    gib = sim_model_gib(g)
+    t0 = time.time()
+    if backend == "cuda":
+        log("ds4: CUDA backend initialized on %s" % gpu_name())
+        log("ds4: CUDA registered %.2f GiB model mapping for device access" % gib)
+    else:
+        log("ds4: CPU backend: mapping %.2f GiB of model weights (%d threads)"
+            % (gib, os.cpu_count() or 1))
+    # a progress line every 16 GiB, or every 10 s (as when stderr is not a TTY)
+    step = 16.0
+    next_gib = step
+    last_line = t0
+    cap = 0.6 if hang else 1.0
+    while True:
+        if stop_requested():
+            raise Stop()
+        now = time.time()
+        frac = 1.0 if total <= 0 else min((now - t0) / total, 1.0)
+        frac = min(frac, cap)
+        cached = gib * frac
+        if (cached >= next_gib and frac < 1.0) or now - last_line >= 10.0:
+            if backend == "cuda":
+                log("ds4: CUDA loading model tensors %.2f GiB cached" % cached)
+            else:
+                log("ds4: CPU reading model weights %.2f GiB" % cached)
+            while next_gib <= cached:
+                next_gib += step
+            last_line = now
+        if frac >= 1.0:
+            break
+        time.sleep(0.02)
+    if warm:
+        log("ds4: warming %.2f GiB of mmapped weights" % gib)
+    el = time.time() - t0
+    if backend == "cuda":
+        log("ds4: CUDA startup model cache prepared %.2f GiB of tensor spans in %.1fs" % (gib, el))
+    else:
+        log("ds4: CPU model weights ready %.2f GiB in %.1fs" % (gib, el))
+
+
+# --------------------------------------------------------------------------- memory
+
+KV_BYTES_PER_TOKEN = 13760
+SCRATCH_BYTES_PER_TOKEN = 4096
+RAW_FIXED_BYTES = 203423744
+MANAGED_THRESHOLD = 8 << 30
+
+
+def context_bytes(ctx):
+    return RAW_FIXED_BYTES + ctx * KV_BYTES_PER_TOKEN + ctx * SCRATCH_BYTES_PER_TOKEN
+
+
+# --------------------------------------------------------------------------- text
+
+_TOK = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+
+
+def count_tokens(text):
+    return len(_TOK.findall(text or ""))
+
+
+def split_pieces(text):
+    """Splits text into decode 'tokens' (each keeps its leading whitespace)."""
+    return re.findall(r"\s*\S+", text or "")

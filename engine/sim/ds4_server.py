@@ -1,0 +1,1101 @@
+"""ds4-server: OpenAI/Anthropic compatible HTTP server for DeepSeek V4 Flash."""
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import ds4_common as C
+import ds4_gen as G
+
+MODEL_ID = "deepseek-v4-flash"
+CREATED = 1767225600
+SUPPORTED_PARAMETERS = ["tools", "tool_choice", "max_tokens", "temperature", "top_p", "top_k",
+                        "min_p", "stop", "seed", "stream", "reasoning_effort"]
+MAX_BODY = 64 << 20
+
+# --------------------------------------------------------------------------- options
+# (names, metavar, key, kind, help, fork_only)
+#   kind: str | int (> 0) | int0 (>= 0) | float | flag | const:<value> | help | version
+OPTIONS = [
+    (("-m", "--model"), "FILE", "model", "str", "main GGUF (default ds4flash.gguf)", False),
+    (("--mtp",), "FILE", "mtp", "str", "optional MTP speculative decoding GGUF", False),
+    (("--mtp-draft",), "N", "mtp_draft", "int", "MTP draft tokens per step, at most 16 (default 1)", False),
+    (("--mtp-margin",), "F", "mtp_margin", "float", "MTP confidence gate (default 3)", False),
+    (("-c", "--ctx"), "N", "ctx", "int", "context tokens allocated at start (default 32768)", False),
+    (("-n", "--tokens"), "N", "tokens", "int", "default max output tokens (default 393216)", False),
+    (("-t", "--threads"), "N", "threads", "int", "CPU helper threads (default min(cores,12))", False),
+    (("--chdir",), "DIR", "chdir", "str", "change directory before loading", False),
+    (("--quality",), None, "quality", "flag", "exact kernels, strict MTP verification", False),
+    (("--dir-steering-file",), "FILE", "steer_file", "str", "directional steering vectors", False),
+    (("--dir-steering-ffn",), "F", "steer_ffn", "float", "FFN steering scale (default 1 with a file)", False),
+    (("--dir-steering-attn",), "F", "steer_attn", "float", "attention steering scale (default 0)", False),
+    (("--warm-weights",), None, "warm", "flag", "touch all mapped weight pages before serving", False),
+    (("--metal",), None, "backend", "const:metal", "use the Metal backend", False),
+    (("--cuda",), None, "backend", "const:cuda", "use the CUDA backend (default in CUDA builds)", False),
+    (("--cpu",), None, "backend", "const:cpu", "use the CPU reference backend", False),
+    (("--backend",), "NAME", "backend", "backend", "backend: metal, cuda or cpu", False),
+    (("--host",), "HOST", "host", "str", "bind address, IPv4 literal or localhost (default 127.0.0.1)", False),
+    (("--port",), "N", "port", "int", "listen port (default 8000)", False),
+    (("--cors",), None, "cors", "flag", "add permissive CORS headers", False),
+    (("--trace",), "FILE", "trace", "str", "write a human readable session trace", False),
+    (("--kv-disk-dir",), "DIR", "kv_dir", "str", "disk KV checkpoint directory (created)", False),
+    (("--kv-disk-space-mb",), "N", "kv_mb", "int", "disk KV budget in MiB (default 4096)", False),
+    (("--kv-cache-min-tokens",), "N", "kv_min", "int", "minimum prefix length to save (default 512)", False),
+    (("--kv-cache-cold-max-tokens",), "N", "kv_cold_max", "int0",
+     "cold save limit, 0 disables (default 30000)", False),
+    (("--kv-cache-continued-interval-tokens",), "N", "kv_interval", "int0",
+     "periodic save interval, 0 disables (default 10000)", False),
+    (("--kv-cache-boundary-trim-tokens",), "N", "kv_trim", "int0", "tail trim for cold saves (default 32)", False),
+    (("--kv-cache-boundary-align-tokens",), "N", "kv_align", "int", "alignment for cold saves (default 2048)", False),
+    (("--kv-cache-reject-different-quant",), None, "kv_reject_quant", "flag",
+     "refuse checkpoints written by another quantization", False),
+    (("--disable-exact-dsml-tool-replay",), None, "no_replay", "flag", "disable the exact tool call replay map", False),
+    (("--tool-memory-max-ids",), "N", "tool_ids", "int", "tool call ids remembered (default 100000)", False),
+    # fork additions
+    (("--version",), None, "version", "version", "print the version and exit", True),
+    (("--no-update-check",), None, "no_update_check", "flag", "never check for a newer release", True),
+    (("--dspark",), "FILE", "dspark", "str", "DSpark drafter GGUF", True),
+    (("--no-spec",), None, "no_spec", "flag", "plain decoding, no speculative drafter", True),
+    (("--no-mtp",), None, "no_mtp", "flag", "do not attach an MTP head", True),
+    (("--no-dspark",), None, "no_dspark", "flag", "do not attach a DSpark drafter", True),
+    (("--preset",), "NAME", "preset", "preset", "spark: require the full speculative stack", True),
+    (("--power",), "N", "power", "power", "GPU duty cycle percent, 1 to 100 (default 100)", True),
+    (("--reasoning-effort",), "LEVEL", "effort", "effort", "low, high, max or off (default low)", True),
+    (("--mem-floor-gb",), "N", "mem_floor", "int0", "GiB of memory admissions leave free (default 4)", True),
+    (("-h", "--help"), None, "help", "help", "show this help and exit", False),
+]
+
+
+def flavour():
+    return "fork" if C.BUILD.get("flavour") == "fork" else "upstream"
+
+
+def active_options():
+    fork = flavour() == "fork"
+    return [o for o in OPTIONS if fork or not o[5]]
+
+
+def usage():
+    lines = ["usage: ds4-server [options]", "", "options:"]
+    rows = [(", ".join(o[0]) + (" " + o[1] if o[1] else ""), o[4]) for o in active_options()]
+    width = max(len(r[0]) for r in rows) + 2
+    for left, text in rows:
+        lines.append("  %-*s%s" % (width, left, text))
+    return "\n".join(lines) + "\n"
+
+
+def bad_cli(msg, with_usage=False):
+    sys.stderr.write("ds4-server: %s\n" % msg)
+    if with_usage:
+        sys.stderr.write(usage())
+    sys.stderr.flush()
+    sys.exit(2)
+
+
+def parse_options(argv):
+    o = {"model": None, "mtp": None, "mtp_draft": 1, "mtp_margin": 3.0, "ctx": 32768,
+         "tokens": 393216, "threads": None, "chdir": None, "quality": False, "warm": False,
+         "backend": None, "host": "127.0.0.1", "port": 8000, "cors": False, "trace": None,
+         "kv_dir": None, "kv_mb": 4096, "kv_min": 512, "kv_cold_max": 30000, "kv_interval": 10000,
+         "kv_trim": 32, "kv_align": 2048, "kv_reject_quant": False, "no_replay": False,
+         "tool_ids": 100000, "steer_file": None, "steer_ffn": None, "steer_attn": 0.0,
+         "no_update_check": False, "dspark": None, "no_spec": False, "no_mtp": False,
+         "no_dspark": False, "preset": None, "power": 100, "effort": "low", "mem_floor": None}
+    table = {}
+    for opt in active_options():
+        for n in opt[0]:
+            table[n] = opt
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        opt = table.get(arg)
+        if opt is None:
+            bad_cli("unknown option: %s" % arg, with_usage=True)
+        names, meta, key, kind, _t, _f = opt
+        if kind == "help":
+            sys.stdout.write(usage())
+            sys.stdout.flush()
+            sys.exit(0)
+        if kind == "version":
+            sys.stdout.write("ds4-server %s\n" % (C.BUILD.get("version") or "unknown"))
+            sys.stdout.flush()
+            sys.exit(0)
+        if meta is None:
+            o[key] = kind[len("const:"):] if kind.startswith("const:") else True
+            i += 1
+            continue
+        if i + 1 >= len(argv):
+            bad_cli("missing value for %s" % arg)
+        val = argv[i + 1]
+        i += 2
+        if kind == "str":
+            if val == "":
+                bad_cli("empty value for %s" % arg)
+            o[key] = val
+        elif kind in ("int", "int0", "power"):
+            try:
+                n = int(val, 10)
+            except ValueError:
+                bad_cli("invalid integer for %s: %s" % (arg, val))
+            if kind == "int0" and n < 0:
+                bad_cli("%s must be >= 0" % arg)
+            if kind in ("int", "power") and n <= 0:
+                bad_cli("%s must be > 0" % arg)
+            if kind == "power" and n > 100:
+                bad_cli("%s must be between 1 and 100" % arg)
+            if key == "port" and n > 65535:
+                bad_cli("%s must be <= 65535" % arg)
+            o[key] = n
+        elif kind == "float":
+            try:
+                o[key] = float(val)
+            except ValueError:
+                bad_cli("invalid number for %s: %s" % (arg, val))
+        elif kind == "backend":
+            if val not in ("metal", "cuda", "cpu"):
+                bad_cli("unknown backend: %s" % val)
+            o[key] = val
+        elif kind == "effort":
+            if val not in ("low", "high", "max", "off"):
+                bad_cli("invalid value for %s: %s (low, high, max or off)" % (arg, val))
+            o[key] = val
+        elif kind == "preset":
+            if val != "spark":
+                bad_cli("unknown preset: %s" % val)
+            o[key] = val
+    if o["kv_cold_max"] and o["kv_cold_max"] < o["kv_min"]:
+        bad_cli("--kv-cache-cold-max-tokens must be >= --kv-cache-min-tokens")
+    if o["mtp_draft"] > 16:
+        o["mtp_draft"] = 16
+    if flavour() == "fork":
+        if o["no_spec"] and o["mtp"]:
+            bad_cli("--no-spec conflicts with --mtp")
+        if o["no_spec"] and o["dspark"]:
+            bad_cli("--no-spec conflicts with --dspark")
+        if o["no_mtp"] and o["mtp"]:
+            bad_cli("--no-mtp conflicts with --mtp")
+        if o["no_dspark"] and o["dspark"]:
+            bad_cli("--no-dspark conflicts with --dspark")
+    return o
+
+
+# --------------------------------------------------------------------------- state
+
+class State:
+    def __init__(self, opts):
+        self.o = opts
+        self.stop = threading.Event()
+        self.stop_requested = False
+        self.gen_lock = threading.Lock()
+        self.count_lock = threading.Lock()
+        self.active = 0
+        self.started = time.time()
+        self.requests = {"ok": 0, "error": 0, "cancelled": 0}
+        self.admits = 0
+        self.last_prompt = []
+        self.last_rendered = ""
+        self.checkpoint = "legacy"
+        self.trace = None
+        self.fault = ("none", None)
+        self.decode_tok_s = 200.0
+        self.prefill_tok_s = 4000.0
+        self.last_decode_tok_s = 0.0
+        self.last_prefill_tok_s = 0.0
+
+    def model_id(self):
+        return "deepseek-v4-pro" if self.fault[0] == "wrong-model" else MODEL_ID
+
+    def model_name(self):
+        name = "DeepSeek V4 Pro" if self.fault[0] == "wrong-model" else "DeepSeek V4 Flash"
+        if flavour() == "fork" and self.checkpoint != "legacy":
+            name += " (%s)" % self.checkpoint
+        return name
+
+    def model_obj(self):
+        ctx = self.o["ctx"]
+        return {"id": self.model_id(), "object": "model", "created": CREATED, "owned_by": "ds4.c",
+                "name": self.model_name(), "context_length": ctx,
+                "top_provider": {"context_length": ctx,
+                                 "max_completion_tokens": min(self.o["tokens"], ctx),
+                                 "is_moderated": False},
+                "supported_parameters": list(SUPPORTED_PARAMETERS)}
+
+
+STATE = None
+
+
+def _on_signal(signum, _frame):
+    st = STATE
+    if st is None or st.stop_requested:
+        os._exit(130)
+    st.stop_requested = True
+    st.stop.set()
+
+
+# --------------------------------------------------------------------------- HTTP
+
+class Server(ThreadingHTTPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+    request_queue_size = 64
+
+    def server_bind(self):  # no reverse DNS lookup; SO_REUSEADDR like the real server
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind(self.server_address)
+        self.server_address = self.socket.getsockname()
+        self.server_name = self.server_address[0]
+        self.server_port = self.server_address[1]
+
+
+class Disconnect(Exception):
+    pass
+
+
+def _err(message, typ="invalid_request_error", **extra):
+    e = {"message": message, "type": typ}
+    e.update(extra)
+    return {"error": e}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 10
+
+    def log_message(self, fmt, *args):  # no access log
+        pass
+
+    # ---- plumbing
+    def setup(self):
+        super().setup()
+        with STATE.count_lock:
+            STATE.active += 1
+
+    def finish(self):
+        try:
+            super().finish()
+        finally:
+            with STATE.count_lock:
+                STATE.active -= 1
+
+    def send_error(self, code, message=None, explain=None):
+        if code == 501:
+            code, message = 404, "unknown endpoint"
+        elif code in (400, 414, 431):
+            message = "malformed request"
+        self.close_connection = True
+        try:
+            self._json(code, _err(message or "error"))
+        except OSError:
+            pass
+
+    def _head(self, code, ctype, length=None, extra=None):
+        self.send_response_only(code)
+        self.send_header("Date", self.date_time_string())
+        if ctype:
+            self.send_header("Content-Type", ctype)
+        if length is not None:
+            self.send_header("Content-Length", str(length))
+        if STATE.o["cors"]:
+            self.send_header("Access-Control-Allow-Origin", "*")
+            self.send_header("Access-Control-Allow-Headers", "*")
+            self.send_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def _json(self, code, obj):
+        body = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        self._head(code, "application/json", len(body))
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _text(self, code, text, ctype="text/plain; charset=utf-8"):
+        body = text.encode("utf-8")
+        self._head(code, ctype, len(body))
+        self.wfile.write(body)
+
+    def _path(self):
+        return self.path.split("?", 1)[0].split("#", 1)[0]
+
+    def _sse_start(self):
+        self._head(200, "text/event-stream", extra={"Cache-Control": "no-cache"})
+
+    def _sse(self, obj, event=None):
+        data = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+        chunk = ("event: %s\n" % event if event else "") + "data: %s\n\n" % data
+        try:
+            self.wfile.write(chunk.encode("utf-8"))
+            self.wfile.flush()
+        except OSError:
+            raise Disconnect()
+
+    # ---- verbs
+    def do_OPTIONS(self):
+        self._head(204, None, 0)
+
+    def do_GET(self):
+        p = self._path()
+        if p == "/v1/models":
+            return self._json(200, {"object": "list", "data": [STATE.model_obj()]})
+        if p.startswith("/v1/models/"):
+            want = p[len("/v1/models/"):]
+            ok = {STATE.model_id()}
+            if flavour() == "fork" and STATE.fault[0] != "wrong-model":
+                ok |= {"deepseek-chat", "deepseek-reasoner", "deepseek-v4-flash-0731"}
+            if want in ok:
+                return self._json(200, STATE.model_obj())
+            return self._json(404, _err("model not found: %s" % want))
+        if flavour() == "fork" and p == "/metrics":
+            return self._text(200, metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
+        if flavour() == "fork" and p == "/v1/stats":
+            return self._stats()
+        return self._json(404, _err("unknown endpoint"))
+
+    def do_HEAD(self):
+        self._json(404, _err("unknown endpoint"))
+
+    def do_PUT(self):
+        self._json(404, _err("unknown endpoint"))
+
+    do_DELETE = do_PATCH = do_PUT
+
+    def do_POST(self):
+        p = self._path()
+        routes = {"/v1/chat/completions": self._chat, "/v1/completions": self._completions,
+                  "/v1/messages": self._messages, "/v1/responses": self._responses}
+        fn = routes.get(p)
+        if fn is None:
+            return self._json(404, _err("unknown endpoint"))
+        if (self.headers.get("Transfer-Encoding") or "").lower() == "chunked":
+            return self._json(400, _err("chunked request bodies are not supported"))
+        try:
+            n = int(self.headers.get("Content-Length") or "0")
+        except ValueError:
+            return self._json(400, _err("malformed request"))
+        if n < 0 or n > MAX_BODY:
+            return self._json(413, _err("request body too large"))
+        raw = self.rfile.read(n) if n else b""
+        try:
+            req = json.loads(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            return self._json(400, _err("invalid JSON in request body"))
+        if not isinstance(req, dict):
+            return self._json(400, _err("request body must be a JSON object"))
+        try:
+            fn(req)
+        except Disconnect:
+            self.close_connection = True
+
+    def _stats(self):
+        up = time.time() - STATE.started
+        st = {"uptime_s": round(up, 1), "requests": sum(STATE.requests.values()),
+              "decode_tok_s_60s": round(STATE.last_decode_tok_s, 2),
+              "prefill_tok_s_60s": round(STATE.last_prefill_tok_s, 2),
+              "spec_accept_rate": None, "banks": 1, "kv_pages": 0, "artifact_source": "local",
+              "ctx": STATE.o["ctx"], "model": STATE.model_name()}
+        if "application/json" in (self.headers.get("Accept") or ""):
+            return self._json(200, st)
+        text = "".join("%s: %s\n" % (k, "n/a" if v is None else v) for k, v in st.items())
+        return self._text(200, text)
+
+    # ---- generation core
+    def _run(self, messages, system, tools, tool_choice, thinking, max_tokens, stream_cb=None,
+             kind="chat"):
+        """Renders, 'prefills' and 'decodes'. stream_cb(kind, piece) is called per token
+        (kind is "reasoning" or "content"). Returns (gen, usage, timings, error_obj)."""
+        o = STATE.o
+        rendered = G.render(messages, system, tools, thinking)
+        toks = C._TOK.findall(rendered)
+        n_prompt = len(toks)
+        if n_prompt >= o["ctx"]:
+            return None, None, None, (400, _err(
+                "prompt is too long: %d tokens, context is %d" % (n_prompt, o["ctx"]),
+                code="context_length_exceeded", n_prompt_tokens=n_prompt, n_ctx=o["ctx"]))
+        last_user, last_role = "", "user"
+        for m in messages:
+            if m.get("role") in ("user", "tool"):
+                last_user, last_role = G.text_of(m.get("content")), m.get("role")
+            elif m.get("role") == "assistant":
+                last_role = "assistant"
+        if max_tokens is None:
+            max_tokens = o["tokens"]
+        max_tokens = max(0, min(int(max_tokens), o["ctx"] - n_prompt))
+        with STATE.gen_lock:
+            if STATE.stop_requested:
+                return None, None, None, (503, _err("shutdown requested", "server_error"))
+            t0 = time.time()
+            old = STATE.last_prompt
+            common = 0
+            for a, b in zip(old, toks):
+                if a != b:
+                    break
+                common += 1
+            cached = common if old and common * 2 > len(old) else 0
+            STATE.last_prompt = toks
+            STATE.last_rendered = rendered
+            prefill = n_prompt - cached
+            kind_lbl = kind
+            _sleep(min(prefill / STATE.prefill_tok_s, 30.0))
+            t_prompt = time.time()
+            C.log("ds4-server: %s ctx=%d..%d:%d prompt done %.2fs" % (kind_lbl, cached, n_prompt, o["ctx"],
+                                                                   t_prompt - t0))
+            gen = G.generate(last_user, thinking, max_tokens, tools, tool_choice, last_role)
+            per_tok = 1.0 / (STATE.decode_tok_s * o["power"] / 100.0)
+            ttft = None
+            emitted = 0
+            stream_items = [("reasoning", p, 1) for p in gen.reasoning] + [("content", p, 1) for p in gen.content]
+            if gen.tool_calls is not None:
+                stream_items.append(("tool_calls", gen.tool_calls, C.count_tokens(gen.raw_dsml)))
+            t_first = None
+            for kind2, piece, weight in stream_items:
+                if STATE.stop_requested:
+                    C.log("ds4-server: %s gen=%d finish=error (shutdown requested)" % (kind_lbl, emitted))
+                    STATE.requests["cancelled"] += 1
+                    raise Disconnect()
+                _sleep(per_tok * weight)
+                if t_first is None:
+                    t_first = time.time()
+                    ttft = (t_first - t0) * 1000.0
+                emitted += 1
+                if stream_cb is not None:
+                    stream_cb(kind2, piece)
+            t_end = time.time()
+            if ttft is None:
+                ttft = (t_end - t0) * 1000.0
+            dec_n = max(gen.completion_tokens - 1, 0)
+            dec_s = (t_end - t_first) if t_first else 0.0
+            decode_rate = dec_n / dec_s if dec_s > 0 and dec_n else STATE.decode_tok_s * o["power"] / 100.0
+            prefill_rate = prefill / (t_prompt - t0) if prefill and t_prompt > t0 else STATE.prefill_tok_s
+            STATE.last_decode_tok_s, STATE.last_prefill_tok_s = decode_rate, prefill_rate
+            C.log("ds4-server: %s ctx=%d..%d:%d gen=%d finish=%s %.2fs" % (
+                kind_lbl, cached, n_prompt + gen.completion_tokens, o["ctx"], gen.completion_tokens,
+                gen.finish, t_end - t0))
+            STATE.requests["ok"] += 1
+            STATE.admits += 1
+            if STATE.trace is not None:
+                try:
+                    STATE.trace.write("=== %s %s prompt=%d cached=%d gen=%d finish=%s\n%s\n--- reply\n%s%s\n"
+                                      % (time.strftime("%Y-%m-%d %H:%M:%S"), kind_lbl, n_prompt, cached,
+                                         gen.completion_tokens, gen.finish, rendered,
+                                         "".join(gen.reasoning + gen.content), gen.raw_dsml))
+                    STATE.trace.flush()
+                except OSError:
+                    pass
+        usage = {"prompt_tokens": n_prompt, "completion_tokens": gen.completion_tokens,
+                 "total_tokens": n_prompt + gen.completion_tokens,
+                 "prompt_tokens_details": {"cached_tokens": cached, "cache_write_tokens": prefill}}
+        timings = {"ttft_ms": round(ttft, 3), "prefill_tokens": prefill, "prefill_cached_tokens": cached,
+                   "prefill_tok_s": round(prefill_rate, 2), "decode_tok_s": round(decode_rate, 2)}
+        return gen, usage, timings, None
+
+    # ---- request normalisation
+    def _thinking(self, req, default=True):
+        if flavour() == "fork" and STATE.o["effort"] == "off":
+            default = False
+        th = req.get("thinking")
+        if isinstance(th, dict) and th.get("type") in ("disabled", "off"):
+            return False
+        if isinstance(th, dict) and th.get("type") in ("enabled", "on"):
+            return True
+        if req.get("think") is False or th is False:
+            return False
+        if req.get("think") is True or th is True:
+            return True
+        eff = req.get("reasoning_effort")
+        if isinstance(req.get("reasoning"), dict):
+            eff = req["reasoning"].get("effort", eff)
+        if eff == "none":
+            return False
+        if req.get("model") == "deepseek-chat":
+            return False
+        if req.get("model") == "deepseek-reasoner":
+            return True
+        return default
+
+    def _max_tokens(self, req, *names):
+        for n in names:
+            v = req.get(n)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                return "bad"
+            return v
+        return None
+
+    # ---- OpenAI chat
+    def _chat(self, req):
+        msgs = req.get("messages")
+        if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
+            return self._json(400, _err("messages must be a non-empty array"))
+        mt = self._max_tokens(req, "max_completion_tokens", "max_tokens")
+        if mt == "bad":
+            return self._json(400, _err("max_tokens must be a non-negative integer"))
+        tools = G.normalize_tools(req.get("tools"))
+        thinking = self._thinking(req)
+        model = req.get("model") if isinstance(req.get("model"), str) else MODEL_ID
+        cid = "chatcmpl-" + uuid.uuid4().hex
+        created = int(time.time())
+        stream = bool(req.get("stream"))
+        include_usage = bool((req.get("stream_options") or {}).get("include_usage")) if isinstance(
+            req.get("stream_options"), dict) else False
+
+        def chunk(delta, finish=None):
+            return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        started = [False]
+
+        def cb(kind, piece):
+            if not started[0]:
+                started[0] = True
+                self._sse_start()
+                self._sse(chunk({"role": "assistant", "content": ""}))
+            if kind == "reasoning":
+                self._sse(chunk({"reasoning_content": piece}))
+            elif kind == "content":
+                self._sse(chunk({"content": piece}))
+            else:
+                for i, tc in enumerate(piece):
+                    self._sse(chunk({"tool_calls": [{"index": i, "id": tc["id"], "type": "function",
+                                                     "function": {"name": tc["function"]["name"],
+                                                                  "arguments": ""}}]}))
+                    self._sse(chunk({"tool_calls": [{"index": i, "function": {
+                        "arguments": tc["function"]["arguments"]}}]}))
+
+        gen, usage, timings, error = self._run(msgs, None, tools, req.get("tool_choice"), thinking, mt,
+                                               cb if stream else None)
+        if error is not None:
+            return self._json(*error)
+        if stream:
+            if not started[0]:
+                self._sse_start()
+                self._sse(chunk({"role": "assistant", "content": ""}))
+            self._sse(chunk({}, gen.finish))
+            if include_usage:
+                u = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                     "choices": [], "usage": usage}
+                if flavour() == "fork":
+                    u["timings"] = timings
+                self._sse(u)
+            self._sse("[DONE]")
+            return
+        msg = {"role": "assistant", "content": "".join(gen.content).strip()}
+        if thinking:
+            msg["reasoning_content"] = "".join(gen.reasoning).strip()
+        if gen.tool_calls is not None:
+            msg["content"] = msg["content"] or None
+            msg["tool_calls"] = gen.tool_calls
+        out = {"id": cid, "object": "chat.completion", "created": created, "model": model,
+               "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": gen.finish}],
+               "usage": usage}
+        if flavour() == "fork":
+            out["timings"] = timings
+        self._json(200, out)
+
+    # ---- OpenAI completions
+    def _completions(self, req):
+        prompt = req.get("prompt")
+        if isinstance(prompt, list):
+            prompt = "".join(p for p in prompt if isinstance(p, str))
+        if not isinstance(prompt, str):
+            return self._json(400, _err("prompt must be a string"))
+        mt = self._max_tokens(req, "max_tokens")
+        if mt == "bad":
+            return self._json(400, _err("max_tokens must be a non-negative integer"))
+        thinking = self._thinking(req)
+        model = req.get("model") if isinstance(req.get("model"), str) else MODEL_ID
+        cid = "cmpl-" + uuid.uuid4().hex
+        created = int(time.time())
+        stream = bool(req.get("stream"))
+        include_usage = isinstance(req.get("stream_options"), dict) and bool(
+            req["stream_options"].get("include_usage"))
+
+        def chunk(text=None, reasoning=None, finish=None):
+            c = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            if reasoning is not None:
+                c["reasoning_content"] = reasoning
+            return {"id": cid, "object": "text_completion", "created": created, "model": model,
+                    "choices": [c]}
+
+        started = [False]
+
+        def cb(kind, piece):
+            if not started[0]:
+                started[0] = True
+                self._sse_start()
+            if kind == "reasoning":
+                self._sse(chunk(reasoning=piece))
+            elif kind == "content":
+                self._sse(chunk(text=piece))
+
+        gen, usage, timings, error = self._run([{"role": "user", "content": prompt}], None, [], None,
+                                               thinking, mt, cb if stream else None, kind="completion")
+        if error is not None:
+            return self._json(*error)
+        if stream:
+            if not started[0]:
+                self._sse_start()
+            self._sse(chunk(finish=gen.finish))
+            if include_usage:
+                u = {"id": cid, "object": "text_completion", "created": created, "model": model,
+                     "choices": [], "usage": usage}
+                if flavour() == "fork":
+                    u["timings"] = timings
+                self._sse(u)
+            self._sse("[DONE]")
+            return
+        c = {"index": 0, "text": "".join(gen.content).strip(), "logprobs": None, "finish_reason": gen.finish}
+        if thinking:
+            c["reasoning_content"] = "".join(gen.reasoning).strip()
+        out = {"id": cid, "object": "text_completion", "created": created, "model": model,
+               "choices": [c], "usage": usage}
+        if flavour() == "fork":
+            out["timings"] = timings
+        self._json(200, out)
+
+    # ---- Anthropic messages
+    def _messages(self, req):
+        msgs = req.get("messages")
+        if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
+            return self._json(400, {"type": "error", "error": {"type": "invalid_request_error",
+                                                               "message": "messages must be a non-empty array"}})
+        norm = []
+        for m in msgs:
+            content = m.get("content")
+            if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result"
+                                                 for b in content):
+                norm.append({"role": "tool", "content": G.text_of(
+                    [b.get("content") if isinstance(b.get("content"), str) else G.text_of(b.get("content"))
+                     for b in content if isinstance(b, dict)])})
+            else:
+                norm.append({"role": m.get("role"), "content": content})
+        system = req.get("system")
+        system = G.text_of(system) if system is not None else None
+        tools = G.normalize_tools(req.get("tools"))
+        thinking = self._thinking(req)
+        mt = self._max_tokens(req, "max_tokens")
+        if mt == "bad":
+            mt = None
+        model = req.get("model") if isinstance(req.get("model"), str) else MODEL_ID
+        mid = "msg_" + uuid.uuid4().hex[:24]
+        stream = bool(req.get("stream"))
+        blocks = []   # streaming state: [type, index]
+
+        def open_block(btype):
+            if blocks and blocks[-1][0] == btype:
+                return blocks[-1][1]
+            if blocks:
+                self._sse({"type": "content_block_stop", "index": blocks[-1][1]}, "content_block_stop")
+            idx = len(blocks)
+            start = {"thinking": {"type": "thinking", "thinking": "", "signature": ""},
+                     "text": {"type": "text", "text": ""}}.get(btype)
+            if start is not None:
+                self._sse({"type": "content_block_start", "index": idx, "content_block": start},
+                          "content_block_start")
+            blocks.append((btype, idx))
+            return idx
+
+        started = [False]
+
+        def begin():
+            if not started[0]:
+                started[0] = True
+                self._sse_start()
+                self._sse({"type": "message_start", "message": {
+                    "id": mid, "type": "message", "role": "assistant", "model": model, "content": [],
+                    "stop_reason": None, "stop_sequence": None,
+                    "usage": {"input_tokens": 0, "output_tokens": 0}}}, "message_start")
+
+        def cb(kind, piece):
+            begin()
+            if kind == "reasoning":
+                i = open_block("thinking")
+                self._sse({"type": "content_block_delta", "index": i,
+                           "delta": {"type": "thinking_delta", "thinking": piece}}, "content_block_delta")
+            elif kind == "content":
+                i = open_block("text")
+                self._sse({"type": "content_block_delta", "index": i,
+                           "delta": {"type": "text_delta", "text": piece}}, "content_block_delta")
+            else:
+                for tc in piece:
+                    if blocks:
+                        self._sse({"type": "content_block_stop", "index": blocks[-1][1]}, "content_block_stop")
+                    idx = len(blocks)
+                    blocks.append(("tool_use", idx))
+                    self._sse({"type": "content_block_start", "index": idx, "content_block": {
+                        "type": "tool_use", "id": "toolu_" + tc["id"][5:], "name": tc["function"]["name"],
+                        "input": {}}}, "content_block_start")
+                    self._sse({"type": "content_block_delta", "index": idx, "delta": {
+                        "type": "input_json_delta", "partial_json": tc["function"]["arguments"]}},
+                        "content_block_delta")
+
+        gen, usage, timings, error = self._run(norm, system, tools, req.get("tool_choice"), thinking,
+                                               mt if mt is not None else 4096, cb if stream else None,
+                                               kind="messages")
+        if error is not None:
+            code, body = error
+            return self._json(code, {"type": "error", "error": {"type": "invalid_request_error"
+                                                                if code == 400 else "api_error",
+                                                                "message": body["error"]["message"]}})
+        stop = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}.get(gen.finish, "end_turn")
+        au = {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
+              "cache_read_input_tokens": usage["prompt_tokens_details"]["cached_tokens"],
+              "cache_creation_input_tokens": usage["prompt_tokens_details"]["cache_write_tokens"]}
+        if stream:
+            begin()
+            if blocks:
+                self._sse({"type": "content_block_stop", "index": blocks[-1][1]}, "content_block_stop")
+            self._sse({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                       "usage": au}, "message_delta")
+            self._sse({"type": "message_stop"}, "message_stop")
+            return
+        content = []
+        if thinking:
+            content.append({"type": "thinking", "thinking": "".join(gen.reasoning).strip(), "signature": ""})
+        text = "".join(gen.content).strip()
+        if text or gen.tool_calls is None:
+            content.append({"type": "text", "text": text})
+        for tc in gen.tool_calls or []:
+            content.append({"type": "tool_use", "id": "toolu_" + tc["id"][5:], "name": tc["function"]["name"],
+                            "input": json.loads(tc["function"]["arguments"])})
+        self._json(200, {"id": mid, "type": "message", "role": "assistant", "model": model,
+                         "content": content, "stop_reason": stop, "stop_sequence": None, "usage": au})
+
+    # ---- OpenAI responses
+    def _responses(self, req):
+        inp = req.get("input")
+        msgs = []
+        if isinstance(inp, str):
+            msgs.append({"role": "user", "content": inp})
+        elif isinstance(inp, list):
+            for item in inp:
+                if not isinstance(item, dict):
+                    continue
+                if item.get("type") == "function_call_output":
+                    msgs.append({"role": "tool", "content": G.text_of(item.get("output"))})
+                elif item.get("type") == "function_call":
+                    msgs.append({"role": "assistant", "content": "", "tool_calls": [
+                        {"function": {"name": item.get("name"), "arguments": item.get("arguments")}}]})
+                elif item.get("role"):
+                    msgs.append({"role": item.get("role"), "content": item.get("content")})
+        if not msgs:
+            return self._json(400, _err("input must be a string or a non-empty array"))
+        system = req.get("instructions") if isinstance(req.get("instructions"), str) else None
+        tools = G.normalize_tools(req.get("tools"))
+        thinking = self._thinking(req)
+        mt = self._max_tokens(req, "max_output_tokens")
+        if mt == "bad":
+            return self._json(400, _err("max_output_tokens must be a non-negative integer"))
+        model = req.get("model") if isinstance(req.get("model"), str) else MODEL_ID
+        rid = "resp_" + uuid.uuid4().hex
+        created = int(time.time())
+        stream = bool(req.get("stream"))
+        seq = [0]
+
+        def ev(obj, name):
+            obj["type"] = name
+            if flavour() == "fork":
+                obj["sequence_number"] = seq[0]
+                seq[0] += 1
+            self._sse(obj, name)
+
+        def resp_obj(status, output, usage=None):
+            r = {"id": rid, "object": "response", "created_at": created, "status": status,
+                 "model": model, "output": output}
+            if usage is not None:
+                r["usage"] = usage
+            return r
+
+        started = [False]
+
+        def cb(kind, piece):
+            if not started[0]:
+                started[0] = True
+                self._sse_start()
+                ev({"response": resp_obj("in_progress", [])}, "response.created")
+            if kind == "content":
+                ev({"item_id": "msg_" + rid[5:], "output_index": 0, "content_index": 0, "delta": piece},
+                   "response.output_text.delta")
+
+        gen, usage, timings, error = self._run(msgs, system, tools, req.get("tool_choice"), thinking, mt,
+                                               cb if stream else None, kind="responses")
+        if error is not None:
+            return self._json(*error)
+        output = []
+        if thinking:
+            output.append({"type": "reasoning", "id": "rs_" + rid[5:], "summary": [
+                {"type": "summary_text", "text": "".join(gen.reasoning).strip()}]})
+        text = "".join(gen.content).strip()
+        if text or gen.tool_calls is None:
+            output.append({"type": "message", "id": "msg_" + rid[5:], "status": "completed", "role": "assistant",
+                           "content": [{"type": "output_text", "text": text, "annotations": []}]})
+        for tc in gen.tool_calls or []:
+            output.append({"type": "function_call", "id": "fc_" + tc["id"][5:], "call_id": tc["id"],
+                           "name": tc["function"]["name"], "arguments": tc["function"]["arguments"],
+                           "status": "completed"})
+        ru = {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
+              "total_tokens": usage["total_tokens"],
+              "input_tokens_details": {"cached_tokens": usage["prompt_tokens_details"]["cached_tokens"]},
+              "output_tokens_details": {"reasoning_tokens": len(gen.reasoning)}}
+        status = "incomplete" if gen.finish == "length" else "completed"
+        if stream:
+            if not started[0]:
+                self._sse_start()
+                ev({"response": resp_obj("in_progress", [])}, "response.created")
+            if text:
+                ev({"item_id": "msg_" + rid[5:], "output_index": 0, "content_index": 0, "text": text},
+                   "response.output_text.done")
+            ev({"response": resp_obj(status, output, ru)}, "response.%s" % status)
+            return
+        self._json(200, resp_obj(status, output, ru))
+
+
+def _sleep(sec):
+    end = time.time() + sec
+    while True:
+        left = end - time.time()
+        if left <= 0 or STATE.stop_requested:
+            return
+        time.sleep(min(left, 0.05))
+
+
+def metrics_text():
+    st = STATE
+    lines = [
+        "# HELP ds4_uptime_seconds Seconds since the server started.",
+        "# TYPE ds4_uptime_seconds gauge",
+        "ds4_uptime_seconds %.3f" % (time.time() - st.started),
+        "# HELP ds4_requests_total Generation requests by outcome.",
+        "# TYPE ds4_requests_total counter",
+    ]
+    for k in ("ok", "error", "cancelled"):
+        lines.append('ds4_requests_total{outcome="%s"} %d' % (k, st.requests[k]))
+    busy = 1 if st.gen_lock.locked() else 0
+    lines += [
+        "# HELP ds4_requests_inflight Requests being generated.",
+        "# TYPE ds4_requests_inflight gauge",
+        "ds4_requests_inflight %d" % busy,
+        "# HELP ds4_queue_depth Requests waiting for admission.",
+        "# TYPE ds4_queue_depth gauge",
+        "ds4_queue_depth 0",
+        "# HELP ds4_clients_connected Open client connections.",
+        "# TYPE ds4_clients_connected gauge",
+        "ds4_clients_connected %d" % max(st.active, 0),
+        "# HELP ds4_admits_total Admitted requests by kind.",
+        "# TYPE ds4_admits_total counter",
+        'ds4_admits_total{kind="new"} %d' % st.admits,
+        "# HELP ds4_requests_shed_total Requests refused by admission control.",
+        "# TYPE ds4_requests_shed_total counter",
+        'ds4_requests_shed_total{reason="queue_full"} 0',
+        'ds4_requests_shed_total{reason="memory"} 0',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- KV disk
+
+def persist_kv(kv_dir):
+    st = STATE
+    text = (st.last_rendered or G.BOS).encode("utf-8")
+    name = hashlib.sha1(text).hexdigest() + ".kv"
+    ntok = len(st.last_prompt)
+    payload = b"DSV4" + struct.pack("<I", ntok)
+    now = int(time.time())
+    # 48-byte KVC header: magic, version, quant bits, reason, tokens, hits, ctx, times, payload size
+    hdr = struct.pack("<4sHBBIIIQQQI", b"KVC\0", 1, 2, 4, ntok, 0, st.o["ctx"], now, now, len(payload), len(text))
+    hdr = hdr.ljust(48, b"\0")[:48]
+    path = os.path.join(kv_dir, name)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(hdr + text + payload)
+    os.replace(tmp, path)
+    return path
+
+
+# --------------------------------------------------------------------------- main
+
+def main(argv=None):
+    global STATE
+    C.PROG = "ds4-server"
+    C.TIMESTAMPS = True
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    except (AttributeError, ValueError):
+        pass
+    o = parse_options(sys.argv[1:] if argv is None else argv)
+    STATE = State(o)
+    st = STATE
+    st.fault = C.fault()
+    fork = flavour() == "fork"
+
+    C.acquire_instance_lock()
+    C.log(C.build_line())
+    if o["chdir"]:
+        try:
+            os.chdir(o["chdir"])
+        except OSError as e:
+            C.die("ds4-server: cannot chdir to %s: %s" % (o["chdir"], e.strerror), 1)
+    if o["threads"] is None:
+        try:
+            o["threads"] = max(int(os.environ.get("DS4_THREADS", "")), 1)
+        except ValueError:
+            o["threads"] = min(os.cpu_count() or 1, 12)
+    backend = o["backend"] or ("cuda" if C.is_cuda_build() else "cpu")
+    if backend == "metal":
+        C.die("ds4: metal backend unavailable; aborting startup", 1)
+    if backend == "cuda" and not C.is_cuda_build():
+        C.die("ds4: cuda backend unavailable; aborting startup", 1)
+    if o["trace"]:
+        try:
+            st.trace = open(o["trace"], "a", encoding="utf-8")
+        except OSError as e:
+            C.die("ds4-server: cannot open trace file %s: %s" % (o["trace"], e.strerror), 1)
+
+    model = o["model"]
+    if model is None:
+        if fork:
+            gdir = os.environ.get("DS4_GGUF_DIR") or os.path.join(os.path.expanduser("~"), "gguf")
+            gfile = os.environ.get("GGUF_FILE") or \
+                "DeepSeek-V4-Flash-IQ2XXS-w2Q2K-AProjQ8-SExpQ8-OutQ8-chat-v2-imatrix-0731.gguf"
+            model = os.path.join(gdir, gfile)
+            C.log("ds4-server: launch defaults: model=%s" % model)
+        else:
+            model = "ds4flash.gguf"
+    g = C.read_gguf(model, "model")
+    C.validate_main(g)
+    st.checkpoint = C.variant(g)
+    C.log("ds4: model %s (%.2f GiB, %d tensors, checkpoint=%s)"
+          % (model, g.size / float(1 << 30), len(g.tensors), st.checkpoint))
+    if o["mtp"]:
+        C.open_mtp(o["mtp"])
+        if fork and st.checkpoint == "0731":
+            C.log("ds4: warning: the 0731 base has no MTP head; MTP disabled for %s" % o["mtp"])
+            o["mtp"] = None
+        else:
+            C.log("ds4: MTP support model loaded: %s (draft=%d)" % (o["mtp"], o["mtp_draft"]))
+    if fork:
+        dspark = o["dspark"]
+        if dspark is None and not (o["no_dspark"] or o["no_spec"]):
+            dspark = os.environ.get("DS4_DSPARK_MODEL") or None
+        if dspark:
+            dg = C.open_dspark(dspark)
+            dv = C.variant(dg)
+            if dv != st.checkpoint:
+                C.die("ds4: DSpark drafter %s is checkpoint_variant=%s but the base model is %s; refusing "
+                      "to start" % (dspark, dv, st.checkpoint), 1)
+            C.log("ds4: DSpark drafter loaded: %s (variant=%s)" % (dspark, dv))
+        if o["preset"] == "spark" and not dspark:
+            C.die("ds4-server: preset spark requires a DSpark drafter", 2)
+        o["dspark"] = dspark
+
+    if st.fault[0] == "crash-at-start":
+        if backend == "cuda":
+            C.log("ds4: CUDA error: out of memory at ds4_cuda.cu:412 (cudaMalloc of 1792 MiB weight arena)")
+            C.die("ds4: cuda backend unavailable; aborting startup", 1)
+        C.die("ds4: error: failed to map model views: Cannot allocate memory", 1)
+
+    try:
+        C.simulate_load(g, backend, o["warm"], lambda: st.stop_requested, hang=st.fault[0] == "hang")
+    except C.Stop:
+        C.log("ds4-server: shutdown requested, draining requests")
+        sys.exit(0)
+
+    ctx = o["ctx"]
+    C.log("ds4-server: context buffers %.0f MiB (ctx=%d, backend=%s, prefill_chunk=2048, raw_kv_rows=128, "
+          "compressed_kv_rows=%d)" % (C.context_bytes(ctx) / 1048576.0, ctx, backend, (ctx + 3) // 4))
+    if backend == "cuda" and ctx * C.KV_BYTES_PER_TOKEN >= C.MANAGED_THRESHOLD:
+        C.log("ds4: CUDA using managed KV cache for ctx=%d (%.1f GiB)"
+              % (ctx, ctx * C.KV_BYTES_PER_TOKEN / float(1 << 30)))
+    kv_dir = None
+    if o["kv_dir"]:
+        try:
+            os.makedirs(o["kv_dir"], exist_ok=True)
+            kv_dir = o["kv_dir"]
+            C.log("ds4-server: KV disk cache %s (budget=%d MiB)" % (kv_dir, o["kv_mb"]))
+        except OSError as e:
+            C.log("ds4-server: cannot create KV disk cache %s: %s; continuing without it"
+                  % (o["kv_dir"], e.strerror))
+    if fork:
+        if o["power"] != 100:
+            C.log("ds4: GPU power duty cycle %d%%" % o["power"])
+        mem_floor = o["mem_floor"]
+        if mem_floor is None:
+            try:
+                mem_floor = int(os.environ.get("DS4_MEM_FLOOR_GB", "4"))
+            except ValueError:
+                mem_floor = 4
+        C.log("ds4-server: admission bounds: max_clients=256 max_queue=256 max_queue_bytes=256MiB "
+              "max_queue_age=600s mem_floor=%dGiB" % mem_floor)
+        C.log("ds4-server: reasoning effort default=%s" % o["effort"])
+    st.decode_tok_s = C.decode_tok_s()
+    st.prefill_tok_s = C.prefill_tok_s()
+
+    host, port = o["host"], o["port"]
+    addr = "127.0.0.1" if host == "localhost" else host
+    try:
+        socket.inet_pton(socket.AF_INET, addr)
+    except OSError:
+        C.die("ds4-server: failed to listen on %s:%d: Invalid argument" % (host, port), 1)
+    try:
+        httpd = Server((addr, port), Handler, bind_and_activate=False)
+        httpd.server_bind()
+        httpd.server_activate()
+    except OSError as e:
+        C.die("ds4-server: failed to listen on %s:%d: %s" % (host, port, e.strerror or e), 1)
+    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    t.start()
+    st.started = time.time()
+    C.log("ds4-server: listening on http://%s:%d" % (host, port))
+
+    if st.fault[0] == "crash-after":
+        def crash():
+            if backend == "cuda":
+                C.log("ds4: CUDA error: an illegal memory access was encountered at ds4_cuda.cu:2817 "
+                      "(cudaStreamSynchronize)")
+            else:
+                C.log("ds4: error: worker thread failed: session state corrupted; aborting")
+            os._exit(1)
+        tm = threading.Timer(st.fault[1], crash)
+        tm.daemon = True
+        tm.start()
+
+    while not st.stop.is_set():
+        st.stop.wait(0.2)
+    C.log("ds4-server: shutdown requested, draining requests")
+    httpd.shutdown()
+    httpd.server_close()
+    # wait for the running generation and open client connections
+    while True:
+        if st.gen_lock.acquire(timeout=0.1):
+            break
+    deadline = time.time() + 10
+    while st.active > 0 and time.time() < deadline:
+        time.sleep(0.05)
+    if kv_dir:
+        C.log("ds4-server: persisting current KV cache before shutdown")
+        try:
+            persist_kv(kv_dir)
+        except OSError as e:
+            C.log("ds4-server: failed to persist KV cache: %s" % e.strerror)
+    if st.trace is not None:
+        st.trace.close()
+    C.log("ds4-server: bye")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
