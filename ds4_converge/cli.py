@@ -115,7 +115,7 @@ def _status_document(ctx: Context) -> dict:
 
     name, supervisor = ctx.spec.server.name, ctx.supervisor
     info = supervisor.info(name) if supervisor.is_running() else None
-    pid = info["pid"] if info and info["statename"] == "RUNNING" else None
+    pid = info["pid"] if info and info["statename"] in ("RUNNING", "STARTING") and info["pid"] else None
     healthy = False
     if pid:
         try:

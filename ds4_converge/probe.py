@@ -80,6 +80,8 @@ def wait_healthy(target: ProbeTarget, process_state, *, soak: bool = True) -> in
     def ready() -> int:
         pid = alive()
         check_models(target.endpoint)
+        if process_state()[0] != "RUNNING":
+            raise NotReady("answers, but supervisord has not counted it as started yet")
         return pid
 
     retrying = Retrying(stop=stop_after_delay(target.deadline_s), wait=wait_fixed(target.interval_s),

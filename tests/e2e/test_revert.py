@@ -26,7 +26,7 @@ def test_a_broken_upgrade_reverts_to_last_good(served_box, tag):
     assert f"reverted to {before['release']}" in document["error"]
     assert document["release"] == before["release"]
     after = box.status()
-    assert after["healthy"] and after["release"] == before["release"] == after["last_good"]
+    assert after["healthy"] and after["release"] == before["release"] == after["last_good"], (after, document)
     assert after["pid"] != before["pid"]
     answer = requests.post(f"{box.endpoint}/v1/chat/completions", timeout=10, json={
         "model": "deepseek-chat", "messages": [{"role": "user", "content": "What is the capital of France?"}]})
