@@ -93,6 +93,9 @@ def link(args):
         flavour = "upstream"
     build = {"target": args.target, "cuda_arch": cuda_arch, "nvcc": nvcc, "flavour": flavour,
              "version": read("VERSION") if flavour == "fork" else "", "conf": conf}
+    # the interpreter $(PYTHON) resolves to (a pyenv-style shim resolves to the real binary, so the
+    # kernel runs it directly and the process keeps its own name, e.g. ds4-server)
+    interpreter = sys.executable if sys.executable and os.path.isabs(sys.executable) else args.python
     stage_root = os.path.join(ROOT, ".build")
     libs = "" if cpu else " ds4_cuda.o -L$(CUDA_HOME)/lib64 -lcudart -lcublas"
     for prog, module in PROGRAMS.items():
@@ -109,7 +112,7 @@ def link(args):
             f.write("import sys\nimport %s\nsys.exit(%s.main())\n" % (module, module))
         out = os.path.join(ROOT, prog)
         tmp = out + ".tmp"
-        zipapp.create_archive(stage, tmp, interpreter=args.python, compressed=True)
+        zipapp.create_archive(stage, tmp, interpreter=interpreter, compressed=True)
         os.chmod(tmp, 0o755)
         os.replace(tmp, out)
     shutil.rmtree(stage_root, ignore_errors=True)

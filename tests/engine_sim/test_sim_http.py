@@ -7,7 +7,7 @@ import socket
 import pytest
 import requests
 
-from conftest import MODELS, Proc, clean_env, free_port
+from engine_sim_support import MODELS, Proc, clean_env, free_port
 
 
 def _server(binary, tmp_path_factory, *args):

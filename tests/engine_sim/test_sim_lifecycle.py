@@ -7,7 +7,7 @@ import time
 
 import requests
 
-from conftest import serve
+from engine_sim_support import serve
 
 
 def test_sigterm_exit_0_with_kv_persist(start, fork, tmp_path):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import ENGINE, MODELS, clean_env, free_port, run, serve
+from engine_sim_support import ENGINE, MODELS, clean_env, free_port, run, serve
 
 KNOWLEDGE = yaml.safe_load((ENGINE / "knowledge" / "ds4.yaml").read_text())
 

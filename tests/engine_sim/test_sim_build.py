@@ -7,9 +7,10 @@ import subprocess
 
 import pytest
 
-import make_sim_repo
-import make_tiny_gguf
-from conftest import MODELS, PYTHON, clean_env, run
+from engine_sim_support import MODELS, PYTHON, clean_env, run
+
+import make_sim_repo  # noqa: E402
+import make_tiny_gguf  # noqa: E402
 
 FAKE_NVCC = """#!/bin/sh
 echo "nvcc: NVIDIA (R) Cuda compiler driver"
