@@ -9,7 +9,8 @@ from .plan import RoleFailed, RolePlan, RoleResult
 from .probe import Unhealthy, wait_healthy
 from .roles import engine, models, preflight, probe, service, toolchain
 
-ROLES = (preflight, toolchain, engine, models, service, probe)
+# models before engine: a wrong file or a budget that cannot fit is refused before a build starts
+ROLES = (preflight, toolchain, models, engine, service, probe)
 
 
 @dataclass

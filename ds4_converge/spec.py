@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .model_source import parse_source
+
 TARGETS = ("cuda-spark", "cuda", "cuda-generic", "cpu")
 NO_NEWLINE = re.compile(r"^[^\n\r\x00]*$")
 
@@ -89,21 +91,8 @@ class ModelFile(Strict):
     @field_validator("source")
     @classmethod
     def _exact_name(cls, value: str) -> str:
-        name = value.rsplit("/", 1)[-1].split("@", 1)[0]
-        if any(ch in name for ch in "*?["):
-            raise ValueError(f"file names must be exact, not patterns: {name!r} "
-                             "(a glob once picked the MTP draft instead of the model)")
-        if not name:
-            raise ValueError("source must end in a file name")
+        parse_source(value)  # raises ValueError on a glob ('ls *.gguf | head -1' once picked the MTP draft)
         return value
-
-    @property
-    def is_remote(self) -> bool:
-        return self.source.startswith(("hf://", "https://", "http://"))
-
-    @property
-    def filename(self) -> str:
-        return self.source.rsplit("/", 1)[-1].split("@", 1)[0] if self.is_remote else Path(self.source).name
 
 
 class Model(Strict):

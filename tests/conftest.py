@@ -1,22 +1,15 @@
 """End-to-end fixtures: a real git repository of the simulated engine, real make, supervisord and HTTP.
 
-Every converge runs the real `ds4-converge` command in a subprocess, as a person would.
+Every converge runs the real `ds4-converge` command in a subprocess, as a person would (see boxes.py).
 """
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-MODEL = REPO / "engine" / "models" / "tiny-ds4flash.gguf"
+from boxes import REPO, Box, free_port
 
 
 def _make_sim_repo():
@@ -31,71 +24,6 @@ def sim_repo(tmp_path_factory) -> Path:
     dest = tmp_path_factory.mktemp("engine") / "ds4-sim.git"
     _make_sim_repo().build(dest)
     return dest
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Box:
-    """One simulated DGX Spark: a root dir, a spec file, and the CLI."""
-
-    def __init__(self, root: Path, repo: Path, port: int):
-        self.root, self.repo, self.port = root, repo, port
-        self.spec_path = root.parent / f"{root.name}-spec.yaml"
-        self.spec = {
-            "engine": {"repo": str(repo), "ref": "v0.2.0", "target": "cpu", "jobs": 2},
-            "model": {"main": str(MODEL)},
-            "server": {"port": port, "ctx": 32768, "env": {"DS4_SIM_LOAD_SECONDS": "0.3"}, "stop_wait_s": 20},
-            "health": {"deadline_s": 15, "soak_s": 1.5, "interval_s": 0.2},
-            "paths": {"root": str(root)},
-        }
-        self.write()
-
-    def write(self) -> Path:
-        self.spec_path.write_text(yaml.safe_dump(self.spec))
-        return self.spec_path
-
-    def cli(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "ds4_converge.cli", *args], capture_output=True, text=True,
-                              timeout=timeout, env={**os.environ, "NO_COLOR": "1"})
-
-    def converge(self, *extra: str) -> tuple[int, dict]:
-        proc = self.cli(str(self.spec_path), "--json", *extra)
-        try:
-            document = json.loads(proc.stdout)
-        except ValueError:
-            raise AssertionError(f"no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}") from None
-        return proc.returncode, document
-
-    def status(self) -> dict:
-        return json.loads(self.cli("status", str(self.spec_path), "--json").stdout)
-
-    def stop(self) -> None:
-        self.cli("stop", str(self.spec_path))
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def tree(self) -> dict[str, tuple[int, int]]:
-        """Every file under root with (size, mtime_ns): proof that nothing was written."""
-        return {str(p.relative_to(self.root)): (p.stat().st_size, p.stat().st_mtime_ns)
-                for p in sorted(self.root.rglob("*")) if p.is_file()} if self.root.exists() else {}
-
-
-def engine_pids() -> set[int]:
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if b"ds4-server" in (entry / "cmdline").read_bytes():
-                    pids.add(int(entry.name))
-            except OSError:
-                pass
-    return pids
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import time
 
 import requests
 
-from conftest import engine_pids
+from boxes import engine_pids
 
 
 def test_converge_from_scratch_then_noop(box):
@@ -55,7 +55,7 @@ def test_upgrade_builds_a_new_release_and_keeps_the_old(box):
 
 def test_check_mode_changes_nothing(box):
     assert box.converge()[0] == 0
-    before_tree, before_pids = box.tree(), engine_pids()
+    before_tree, before_pids = box.tree(), engine_pids(box.root)
     box.spec["engine"]["ref"] = "v0.3.0"
     box.spec["server"]["ctx"] = 65536
     box.write()
@@ -63,13 +63,13 @@ def test_check_mode_changes_nothing(box):
     assert proc.returncode == 0, proc.stderr
     assert "would build" in proc.stdout and "check mode" in proc.stdout
     assert box.tree() == before_tree
-    assert engine_pids() == before_pids
+    assert engine_pids(box.root) == before_pids
 
     box.spec["engine"]["ref"] = "v0.2.0"  # built already: the diff shows the exact command line change
     box.write()
     proc = box.cli(str(box.spec_path), "--check", "--diff")
     assert "-c 32768" in proc.stdout and "+command=" in proc.stdout and "65536" in proc.stdout
-    assert box.tree() == before_tree and engine_pids() == before_pids
+    assert box.tree() == before_tree and engine_pids(box.root) == before_pids
 
 
 def test_check_mode_on_a_fresh_box_creates_nothing(box):

@@ -1,0 +1,120 @@
+"""The models role through the real CLI: downloads from a loopback server, resume, verification, identity,
+memory budget, free space. The simulated engine loads the synthetic main model."""
+import hashlib
+import subprocess
+
+import pytest
+
+from boxes import MODEL
+
+
+def serve_model(file_server, data: bytes, name="tiny-ds4flash.gguf") -> str:
+    file_server.files[f"/models/{name}"] = data
+    return file_server.url(f"/models/{name}")
+
+
+def test_download_verify_and_noop(box, file_server):
+    data = MODEL.read_bytes()
+    url = serve_model(file_server, data)
+    box.spec["model"]["main"] = {"source": url, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    box.write()
+    rc, document = box.converge()
+    assert rc == 0, document
+    dest = box.root / "models" / "tiny-ds4flash.gguf"
+    assert dest.read_bytes() == data
+    assert f"-m {dest}" in (box.root / "supervisor/programs/ds4.conf").read_text()
+    served = len(file_server.requests)
+    rc, again = box.converge()
+    assert rc == 0 and not again["changed"], again
+    assert len(file_server.requests) == served, "a converged box must not download again"
+    models = next(r for r in again["roles"] if r["name"] == "models")
+    assert "sha256 verified (cached)" in models["msg"]
+
+
+def test_a_cut_download_resumes_on_the_next_run(box, file_server):
+    data = MODEL.read_bytes() + bytes(3 << 20)  # tensor data the engine maps but the header does not describe
+    url = serve_model(file_server, data)
+    box.spec["model"]["main"] = {"source": url, "sha256": hashlib.sha256(data).hexdigest()}
+    box.write()
+    file_server.cut_after = len(data) // 2
+    rc, first = box.converge()
+    assert rc == 1 and "interrupted" in first["error"], first
+    partial = box.root / "models" / "tiny-ds4flash.gguf.partial"
+    assert partial.exists() and not (box.root / "models" / "tiny-ds4flash.gguf").exists()
+    assert box.status()["pid"] is None, "nothing may start on a partial file"
+    first_partial_size = partial.stat().st_size
+    rc, second = box.converge()
+    assert rc == 0, second
+    kept = int(first_partial_size)
+    resumed = file_server.requests[-1]
+    assert kept > 0 and resumed.headers.get("Range") == f"bytes={kept}-", resumed
+    assert resumed.sent == len(data) - kept, "only the missing bytes are transferred"
+    assert (box.root / "models" / "tiny-ds4flash.gguf").read_bytes() == data
+
+
+def test_corrupted_bytes_are_refused_and_the_old_model_keeps_serving(served_box, file_server):
+    box = served_box
+    before = box.status()
+    data = MODEL.read_bytes()
+    url = serve_model(file_server, data, name="new-model.gguf")
+    file_server.corrupt_at = len(data) // 3
+    box.spec["model"]["main"] = {"source": url, "sha256": hashlib.sha256(data).hexdigest()}
+    box.write()
+    try:
+        rc, document = box.converge()
+    finally:
+        box.spec["model"]["main"] = str(MODEL)
+        box.write()
+    assert rc == 1 and "sha256" in document["error"] and "not used" in document["error"], document
+    assert not (box.root / "models" / "new-model.gguf").exists()
+    after = box.status()
+    assert (after["pid"], after["release"], after["healthy"]) == (before["pid"], before["release"], True)
+
+
+def test_an_mtp_file_as_main_model_is_refused_before_anything_changes(box, tmp_path):
+    mtp = MODEL.parent / "tiny-mtp.gguf"
+    box.spec["model"]["main"] = str(mtp)
+    box.write()
+    rc, document = box.converge()
+    assert rc == 1 and "is an MTP draft head, not the main model" in document["error"], document
+    assert not (box.root / "releases").exists() and box.status()["pid"] is None
+
+
+def test_a_0731_base_with_the_legacy_mtp_is_refused(box):
+    box.spec["model"] = {"main": str(MODEL.parent / "tiny-ds4flash-0731.gguf"), "mtp": str(MODEL.parent / "tiny-mtp.gguf")}
+    box.spec["server"]["speculative"] = {"mode": "mtp"}
+    box.write()
+    rc, document = box.converge()
+    assert rc == 1 and "0731" in document["error"] and "MTP" in document["error"], document
+
+
+def test_a_context_that_cannot_fit_is_refused_with_numbers(box):
+    rc, document = box.converge("--set", "server.ctx=100000000")
+    assert rc == 1, document
+    assert "does not fit" in document["error"] and "GiB" in document["error"] and "ctx 100000000" in document["error"]
+    assert not (box.root / "releases").exists()
+
+
+def test_check_mode_shows_the_memory_budget(box):
+    proc = box.cli(str(box.spec_path), "--check")
+    assert proc.returncode == 0 and "memory budget fits" in proc.stdout, proc.stdout
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    yield mount
+    subprocess.run(["umount", str(mount)])
+
+
+def test_no_space_gives_the_numbers_and_downloads_nothing(box, file_server, tiny_disk):
+    url = serve_model(file_server, MODEL.read_bytes())
+    box.spec["model"]["main"] = {"source": url, "dest": str(tiny_disk)}
+    box.write()
+    rc, document = box.converge()
+    assert rc == 1 and "not enough free space" in document["error"] and "free" in document["error"], document
+    assert list(tiny_disk.iterdir()) == [], "not even a partial file"
+    assert box.status()["pid"] is None
