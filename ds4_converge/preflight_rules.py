@@ -245,6 +245,20 @@ def _is_url(value: str) -> bool:
     return "://" in value or value.startswith("git@")
 
 
+def is_local_source(source: str) -> bool:
+    """A model source that is a path on this host (not hf://, https://, ...)."""
+    return "://" not in source
+
+
+def source_name(source: str) -> str:
+    """The file name a model source ends in: ``hf://o/r/dir/F.gguf@rev`` -> ``F.gguf``."""
+    if is_local_source(source):
+        return Path(source).name
+    path = source.split("?", 1)[0].split("#", 1)[0]
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return name.split("@", 1)[0] if source.startswith("hf://") else name
+
+
 def spec_paths(spec: Spec) -> list[tuple[str, str]]:
     """(field, raw value) of every spec path that is expanded on the host."""
     out = [("paths.root", spec.paths.root)]
@@ -254,7 +268,7 @@ def spec_paths(spec: Spec) -> list[tuple[str, str]]:
         entry = getattr(spec.model, role)
         if entry is None:
             continue
-        if not entry.is_remote:
+        if is_local_source(entry.source):
             out.append((f"model.{role}", entry.source))
         if entry.dest:
             out.append((f"model.{role}.dest", entry.dest))
@@ -390,26 +404,22 @@ def disk_findings(facts: HostFacts, needs: Sequence[DiskNeed]) -> list[Finding]:
 
 def memory_findings(spec: Spec, facts: HostFacts, *, weights_bytes: int | None,
                     drafter_bytes: int = 0) -> list[Finding]:
-    """The memory budget (``memory_budget.estimate``/``judge``) for the model files and server.ctx.
+    """A model set and server.ctx that cannot fit in memory (``memory_budget.estimate``/``judge``): an error
+    before anything is built. The models role reports the full budget (fits, managed KV) once files are in place.
 
     ``weights_bytes`` None: the main model's size is not known yet (not downloaded), nothing to judge.
     """
-    if weights_bytes is None:
+    if weights_bytes is None or facts.memory is None:
         return []
     try:
         from . import memory_budget
     except ImportError:
         return []
-    if facts.memory is None:
-        return [Finding("warning", "host memory is unknown (/proc/meminfo unreadable): the memory budget "
-                                   "for the model and server.ctx was not checked")]
     budget = memory_budget.estimate(weights_bytes, spec.server.ctx, drafter_bytes)
     level, message = memory_budget.judge(budget, facts.memory.total_bytes)
-    if level == "error":
-        return [Finding("error", f"model and server.ctx {message}", fix="lower server.ctx or use a smaller model")]
-    if level == "warn":
-        return [Finding("warning", f"model and server.ctx {message}", fix="lower server.ctx")]
-    return []
+    if level != "error":
+        return []
+    return [Finding("error", f"model and server.ctx {message}", fix="lower server.ctx or use a smaller model")]
 
 
 # --------------------------------------------------------------------------------------------------- all

@@ -1,18 +1,86 @@
-"""Toolchain role: which nvcc/CUDA_HOME builds the engine, and what the service needs to run its binary."""
+"""Toolchain role: which nvcc/CUDA_HOME builds the engine, and what the service needs to run its binary.
+
+The choice (:func:`~ds4_converge.toolkit_select.select_toolkit`) goes into ``ctx.toolkit``, which the engine role
+passes to make as ``NVCC=… CUDA_HOME=…``; the forward-compat ``LD_LIBRARY_PATH`` goes into ``ctx.service_env``.
+The only change this role ever makes is ``apt-get install -y cuda-compat-X-Y`` when ``toolchain.install_compat``
+is on and the driver is older than the toolkit.
+"""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from ..context import Context
-from ..plan import RolePlan
+from ..plan import Change, RoleFailed, RolePlan
 from ..release import Toolkit
+from ..shell import CommandFailed, run
+from ..toolkit_select import compat_env, compat_package, needs_compat, select_toolkit
+from . import preflight
 
 NAME = "toolchain"
 
 
+def _why(ctx: Context) -> str:
+    toolchain = ctx.spec.toolchain
+    if toolchain.cuda_home:
+        return "toolchain.cuda_home"
+    where = ", ".join(toolchain.search)
+    floor = f" with nvcc >= {toolchain.min_version}" if toolchain.min_version else ""
+    return f"newest toolkit in {where}{floor}; PATH is never used"
+
+
+def _install_argv(package: str) -> list[str]:
+    return ["apt-get", "install", "-y", package]
+
+
 def plan(ctx: Context) -> RolePlan:
-    ctx.toolkit = Toolkit()
-    return RolePlan(NAME, reason="cpu build: no CUDA toolkit needed" if ctx.spec.engine.target == "cpu"
-                    else "toolkit selection pending")
+    spec = ctx.spec
+    if spec.engine.target == "cpu":
+        ctx.toolkit = Toolkit()
+        return RolePlan(NAME, reason="cpu build: no CUDA toolkit needed")
+    host = preflight.facts(ctx)
+    cuda_home = str(ctx.host_path(spec.toolchain.cuda_home)) if spec.toolchain.cuda_home else None
+    toolkit, findings = select_toolkit(spec, host, cuda_home=cuda_home)
+    if toolkit is None:
+        # preflight reports the same errors first; this only guards callers that skip it
+        return RolePlan(NAME, reason="no usable CUDA toolkit", findings=[f for f in findings if f.level == "error"])
+    ctx.toolkit = toolkit
+    reason = (f"build with NVCC={toolkit.nvcc} CUDA_HOME={toolkit.cuda_home} (nvcc {toolkit.version}, "
+              f"{_why(ctx)})")
+    changes: list[Change] = []
+    if needs_compat(toolkit, host):
+        driver = host.driver.cuda_version
+        env = compat_env(toolkit, host)
+        if env:
+            reason += f"; engine env LD_LIBRARY_PATH={env['LD_LIBRARY_PATH']} (driver CUDA {driver})"
+        elif spec.toolchain.install_compat:
+            package = compat_package(toolkit.version)
+            env = {"LD_LIBRARY_PATH": f"{toolkit.cuda_home}/compat"}
+            changes.append(Change(" ".join(_install_argv(package)), None,
+                                   f"{toolkit.cuda_home}/compat/libcuda.so (forward compat for driver CUDA "
+                                   f"{driver}; LD_LIBRARY_PATH for the engine)\n"))
+            reason = f"install {package}; " + reason
+        ctx.service_env.update(env)
+    return RolePlan(NAME, changes, reason=reason)
 
 
 def apply(ctx: Context, plan: RolePlan) -> str:
-    return "nothing to change"
+    toolkit = ctx.toolkit
+    package = compat_package(toolkit.version)
+    ctx.say(f"installing {package} (driver CUDA {ctx.facts.driver.cuda_version} is older than nvcc "
+            f"{toolkit.version})")
+    try:
+        run(_install_argv(package), env={"DEBIAN_FRONTEND": "noninteractive"}, timeout=1800)
+    except CommandFailed as exc:
+        raise RoleFailed(f"apt-get install {package} exited {exc.returncode}; nothing else was changed",
+                         exc.tail) from None
+    except OSError as exc:
+        raise RoleFailed(f"cannot run apt-get to install {package}: {exc}") from None
+    compat = Path(toolkit.cuda_home) / "compat"
+    # the facts were read before the install: look again instead of trusting them
+    if not any(p.name.startswith("libcuda.so") for p in compat.glob("libcuda.so*")):
+        raise RoleFailed(f"apt-get installed {package}, but {compat} holds no libcuda.so: the engine would "
+                         f"load the driver's older libcuda")
+    ctx.service_env["LD_LIBRARY_PATH"] = os.fspath(compat)
+    return f"installed {package}; LD_LIBRARY_PATH={compat} for the engine"
+

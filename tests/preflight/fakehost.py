@@ -207,14 +207,15 @@ done
         return os.pathsep.join(dirs)
 
 
-def engine_pids() -> set[int]:
+def engine_pids(root: Path) -> set[int]:
+    """ds4-server processes of releases under ``root`` (other test sessions may run engines of their own)."""
     pids = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if b"ds4-server" in (entry / "cmdline").read_bytes():
-                    pids.add(int(entry.name))
+                cmdline = (entry / "cmdline").read_bytes()
             except OSError:
-                pass
+                continue
+            if b"ds4-server" in cmdline and str(root).encode() in cmdline:
+                pids.add(int(entry.name))
     return pids
-
