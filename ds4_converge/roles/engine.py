@@ -71,6 +71,4 @@ def apply(ctx: Context, plan: RolePlan) -> str:
         raise RoleFailed(f"build failed: {exc}; the serving release is untouched (log: {exc.log})", exc.tail) from None
     except RepoError as exc:
         raise RoleFailed(str(exc)) from None
-    protected = ctx.state.releases_in_use() | {ctx.release.id}
-    removed = releases.prune(ctx.layout, ctx.spec.engine.keep_releases, protected)
-    return f"built {ctx.release.id} ({ctx.release.ref})" + (f"; removed old {', '.join(removed)}" if removed else "")
+    return f"built {ctx.release.id} ({ctx.release.ref})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..context import Context
 from ..plan import Change, RoleFailed, RolePlan
 from ..probe import NotReady, ProbeTarget, Unhealthy, check_models, wait_healthy
+from ..release import prune
 from ..shell import tail
 
 NAME = "probe"
@@ -57,4 +58,7 @@ def apply(ctx: Context, plan: RolePlan) -> str:
         raise RoleFailed(f"release {ctx.desired.release} is not healthy: {exc}") from None
     ctx.state.bless(ctx.desired.stamped())
     ctx.state.save(ctx.layout.state_file)
-    return f"healthy (pid {pid}); release {ctx.desired.release} is now last good"
+    # only now is the rollback target known for sure; releases outside it and keep_releases can go
+    removed = prune(ctx.layout, ctx.spec.engine.keep_releases, ctx.state.releases_in_use())
+    return (f"healthy (pid {pid}); release {ctx.desired.release} is now last good"
+            + (f"; removed old release(s) {', '.join(removed)}" if removed else ""))

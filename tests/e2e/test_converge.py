@@ -114,3 +114,16 @@ def test_rollback_goes_back_to_the_previous_good_release(box):
     assert proc.returncode == 0 and document["release"] == old["release"], document
     status = box.status()
     assert status["healthy"] and status["release"] == old["release"] == status["last_good"]
+
+
+def test_old_releases_are_pruned_but_never_current_or_last_good(box):
+    box.spec["engine"]["keep_releases"] = 1
+    ids = []
+    for ref in ("v0.2.0", "v0.3.0", "v0.1.0"):
+        box.spec["engine"]["ref"] = ref
+        box.write()
+        rc, document = box.converge()
+        assert rc == 0, document
+        ids.append(document["release"])
+    left = {p.name for p in (box.root / "releases").iterdir()}
+    assert left == {ids[1], ids[2]}, "the newest and the rollback target stay; the oldest goes"

@@ -60,3 +60,21 @@ def test_first_install_that_fails_is_left_stopped(box):
     assert "no last good release" in document["error"]
     status = box.status()
     assert status["pid"] is None and status["last_good"] is None
+
+
+def test_a_setting_the_binary_lacks_is_refused_before_anything_stops(served_box):
+    box = served_box
+    before = box.status()
+    box.spec["engine"]["ref"] = "v0.1.0"  # upstream flavour: no --power
+    box.spec["server"]["power"] = 90
+    box.write()
+    try:
+        rc, document = box.converge()
+    finally:
+        box.spec["engine"]["ref"] = "v0.2.0"
+        del box.spec["server"]["power"]
+        box.write()
+    assert rc == 1 and not document["reverted"], document
+    assert "server.power needs --power" in document["error"]
+    after = box.status()
+    assert (after["pid"], after["release"], after["healthy"]) == (before["pid"], before["release"], True)
