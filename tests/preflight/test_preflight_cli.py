@@ -150,6 +150,9 @@ def test_h200_with_cuda_sm_90_builds_with_explicit_nvcc(box, fake):
     fake.link(new)
     roles = check_passes(box, fake, "--diff", "--set", "engine.target=cuda", "--set", "engine.cuda_arch=sm_90")
     assert roles["preflight"]["warnings"] == []
+    assert roles["preflight"]["msg"].startswith("host checks passed (") and "NVIDIA H200 (9.0)" in roles["preflight"]["msg"]
+    assert roles["toolchain"]["msg"] == (f"build with NVCC={new}/bin/nvcc CUDA_HOME={new} (nvcc 13.2, newest toolkit "
+                                         f"in {fake.local}/cuda*; PATH is never used)")
     assert f"make -j2 cuda CUDA_ARCH=sm_90 NVCC={new}/bin/nvcc CUDA_HOME={new}" in roles["engine"]["diff"]
 
 
@@ -169,6 +172,7 @@ def test_cuda_target_without_gpu_is_an_error_suggesting_cpu(box, fake, gpu):
 
 def test_power_and_exposure_are_warnings(box, fake):
     roles = check_passes(box, fake, "--set", "server.power=75", "--set", "server.host=0.0.0.0")
+    assert roles["toolchain"]["msg"] == "cpu build: no CUDA toolkit needed"
     warnings = roles["preflight"]["warnings"]
     assert ("server.power 75 throttles the GPU duty cycle: measured 11.5 instead of 15.3 tok/s at power 75 on GB10 "
             "(fix: set server.power: 100, or leave it unset)") in warnings
