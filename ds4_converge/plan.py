@@ -51,7 +51,18 @@ class RolePlan:
 
     @property
     def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.level == "error"]
+        return self._level("error")
+
+    @property
+    def warnings(self) -> list[str]:
+        return [str(f) for f in self._level("warning")]
+
+    @property
+    def notes(self) -> list[str]:
+        return [str(f) for f in self._level("info")]
+
+    def _level(self, level: str) -> list[Finding]:
+        return [f for f in self.findings if f.level == level]
 
     def diff(self) -> str:
         return "".join(c.unified_diff() for c in self.changes)
@@ -65,6 +76,7 @@ class RoleResult:
     diff: str = ""
     changes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -72,7 +84,7 @@ class RoleResult:
 
     def to_json(self) -> dict:
         return {"name": self.name, "status": self.status, "changed": self.changed, "msg": self.msg,
-                "diff": self.diff, "changes": self.changes, "warnings": self.warnings}
+                "diff": self.diff, "changes": self.changes, "warnings": self.warnings, "notes": self.notes}
 
 
 class RoleFailed(Exception):

@@ -40,38 +40,38 @@ def converge(ctx: Context, *, diff: bool = False) -> Outcome:
             plan = role.plan(ctx)
         except (RoleFailed, UnknownVariable) as exc:
             return _failed(ctx, outcome, role.NAME, exc, stopped_anything=False)
-        warnings = [str(f) for f in plan.findings if f.level != "error"]
         if plan.errors:
             message = "; ".join(str(f) for f in plan.errors)
-            return _failed(ctx, outcome, role.NAME, RoleFailed(message), stopped_anything=False, warnings=warnings)
+            return _failed(ctx, outcome, role.NAME, RoleFailed(message), stopped_anything=False, plan=plan)
         if ctx.check or not plan.changed:
-            outcome.results.append(_planned(plan, diff, ctx.check, warnings))
+            outcome.results.append(_planned(plan, diff, ctx.check))
             continue
         try:
             msg = role.apply(ctx, plan)
         except (RoleFailed, Unhealthy, OSError) as exc:
-            return _failed(ctx, outcome, role.NAME, exc, stopped_anything=ctx.switched,
-                           warnings=warnings, plan=plan, diff=diff)
+            return _failed(ctx, outcome, role.NAME, exc, stopped_anything=ctx.switched, plan=plan, diff=diff)
         outcome.results.append(RoleResult(role.NAME, "changed", msg, plan.diff() if diff else "",
-                                          [c.what for c in plan.changes], warnings))
+                                          [c.what for c in plan.changes], plan.warnings, plan.notes))
     outcome.release = ctx.desired.release if ctx.desired else (ctx.build.release_id if ctx.build else None)
     outcome.endpoint = ctx.endpoint
     return outcome
 
 
-def _planned(plan: RolePlan, diff: bool, check: bool, warnings: list[str]) -> RoleResult:
+def _planned(plan: RolePlan, diff: bool, check: bool) -> RoleResult:
     status = "changed" if plan.changed else "ok"
     msg = plan.reason if not check or not plan.changed else f"would {plan.reason}"
-    return RoleResult(plan.role, status, msg, plan.diff() if diff else "", [c.what for c in plan.changes], warnings)
+    return RoleResult(plan.role, status, msg, plan.diff() if diff else "", [c.what for c in plan.changes],
+                      plan.warnings, plan.notes)
 
 
 def _failed(ctx: Context, outcome: Outcome, role: str, exc: Exception, *, stopped_anything: bool,
-            warnings=(), plan: RolePlan | None = None, diff: bool = False) -> Outcome:
+            plan: RolePlan | None = None, diff: bool = False) -> Outcome:
     outcome.ok = False
     outcome.error = f"{role}: {exc}"
     outcome.detail = getattr(exc, "detail", "")
     outcome.results.append(RoleResult(role, "failed", str(exc), plan.diff() if plan and diff else "",
-                                      [c.what for c in plan.changes] if plan else [], list(warnings)))
+                                      [c.what for c in plan.changes] if plan else [],
+                                      plan.warnings if plan else [], plan.notes if plan else []))
     done = {r.name for r in outcome.results}
     outcome.results += [RoleResult(r.NAME, "skipped", f"not run: {role} failed") for r in ROLES
                         if r.NAME not in done]

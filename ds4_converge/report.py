@@ -20,6 +20,8 @@ def print_outcome(outcome, out: Console, *, check: bool) -> None:
         out.print(f"[{STYLE[label]}]{label:<8}[/] {result.name:<10} {_escape(result.msg)}")
         for warning in result.warnings:
             out.print(f"[yellow]  warning:[/] {_escape(warning)}")
+        for note in result.notes:
+            out.print(f"  note: {_escape(note)}", style="dim")
         for change in result.changes if check or result.changed else []:
             out.print(f"  - {_escape(change)}")
         if result.diff:
