@@ -87,9 +87,16 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownVariable as exc:
         err.print(f"{args.spec}: paths.root: {exc}", markup=False)
         return INVALID
+    read_only = command == "status" or getattr(args, "check", False)
+    lock = RunLock(ctx.layout.lock_file, read_only=read_only)
     try:
-        read_only = command == "status" or getattr(args, "check", False)
-        with RunLock(ctx.layout.lock_file, read_only=read_only):
+        if command == "converge" and not read_only and not ctx.layout.root.exists():
+            # a box never converged: take the lock (creating ROOT) only right before the first change,
+            # so a run refused by preflight leaves no trace
+            ctx.before_change = lock.acquire
+            with lock:
+                return _converge(ctx, args, out)
+        with lock.acquire():
             if command == "converge":
                 return _converge(ctx, args, out)
             return globals()[f"_{command}"](ctx, args, out)

@@ -22,6 +22,7 @@ class Context:
     layout: Layout
     facts: object | None = None  # facts.HostFacts, gathered once per run
     check: bool = False  # plan only: nothing on the host may change
+    before_change: callable = lambda: None  # called before a role applies anything (takes a deferred lock)
     say: callable = print  # progress lines for people (silent in --json mode)
     progress: bool = False  # draw progress bars (a TTY, not --json)
     # decided by the roles, in order

@@ -46,6 +46,7 @@ def converge(ctx: Context, *, diff: bool = False) -> Outcome:
         if ctx.check or not plan.changed:
             outcome.results.append(_planned(plan, diff, ctx.check))
             continue
+        ctx.before_change()
         try:
             msg = role.apply(ctx, plan)
         except (RoleFailed, Unhealthy, OSError) as exc:

@@ -19,6 +19,12 @@ class RunLock:
         self._fd: int | None = None
 
     def __enter__(self) -> RunLock:
+        return self
+
+    def acquire(self) -> RunLock:
+        """Take the lock (idempotent); raise LockHeld at once when another run has it."""
+        if self._fd is not None:
+            return self
         if self.read_only:
             if not self.path.exists():
                 return self  # a box never converged: nothing to protect
