@@ -10,37 +10,19 @@ with gguf.GGUFReader. Writes the results under "## No-op verification cost" in b
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from datetime import date
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 HEADING = "## No-op verification cost"
 VOCAB = 129_280
 Q2_GIB = 81
 
-
-def _ensure_engine_knowledge() -> None:
-    """Run from an uninstalled checkout too: load engine/knowledge by path."""
-    try:
-        import ds4_converge.engine_knowledge  # noqa: F401
-    except ModuleNotFoundError:
-        name, where = "ds4_converge.engine_knowledge", REPO / "engine" / "knowledge"
-        spec = importlib.util.spec_from_file_location(name, where / "__init__.py",
-                                                      submodule_search_locations=[str(where)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-
-
-_ensure_engine_knowledge()
 
 import gguf  # noqa: E402
 

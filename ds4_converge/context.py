@@ -45,27 +45,22 @@ class Context:
     def supervisor(self) -> Supervisor:
         return Supervisor(self.layout)
 
-    @property
-    def service_user(self) -> str:
-        return self.spec.server.user or pwd.getpwuid(os.getuid()).pw_name
 
     def host_path(self, raw: str) -> Path:
         """Expand a spec path on this host for the service user (never the caller's own HOME)."""
-        user = self.service_user
-        return expand(raw, home=pwd.getpwnam(user).pw_dir, user=user, env=os.environ,
-                      base_dir=self.loaded.base_dir)
+        return _host_path(self.loaded, raw)
 
     @property
     def endpoint(self) -> str:
         return f"http://{self.spec.server.host}:{self.spec.server.port}"
 
 
-def make_context(loaded: LoadedSpec, **kwargs) -> Context:
-    from .hostpaths import UnknownVariable  # noqa: F401  (re-exported for callers catching it)
-
+def _host_path(loaded: LoadedSpec, raw: str) -> Path:
     user = loaded.spec.server.user or pwd.getpwuid(os.getuid()).pw_name
-    root = expand(loaded.spec.paths.root, home=pwd.getpwnam(user).pw_dir, user=user, env=os.environ,
-                  base_dir=loaded.base_dir)
-    layout = Layout(root)
-    state = State.load(layout.state_file)
-    return Context(loaded=loaded, layout=layout, state=state, **kwargs)
+    return expand(raw, home=pwd.getpwnam(user).pw_dir, user=user, env=os.environ, base_dir=loaded.base_dir)
+
+
+def make_context(loaded: LoadedSpec, **kwargs) -> Context:
+    """Raises hostpaths.UnknownVariable when paths.root names a variable this host does not have."""
+    layout = Layout(_host_path(loaded, loaded.spec.paths.root))
+    return Context(loaded=loaded, layout=layout, state=State.load(layout.state_file), **kwargs)

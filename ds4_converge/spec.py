@@ -6,7 +6,6 @@ and `${VAR}` are expanded later, on the target host, for the service user (see `
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator

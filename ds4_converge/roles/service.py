@@ -105,7 +105,7 @@ def _port_findings(ctx: Context, our_pid: int | None) -> list[Finding]:
     port = ctx.spec.server.port
     foreign = [h for h in port_holders(port) if h.pid not in _family(our_pid)]
     return [Finding("error", f"port {port} is held by pid {h.pid} ({h.command}), which ds4-converge does not manage",
-                    fix=f"stop that process or choose another server.port") for h in foreign]
+                    fix="stop that process or choose another server.port") for h in foreign]
 
 
 def _family(pid: int | None) -> set[int]:

@@ -9,23 +9,12 @@ from pathlib import Path
 import pytest
 
 from ds4_converge.facts import FactRunner
+from fake_tools import SMI_HEADER, write_exe
 
 SYSTEM_TOOLS = ("sh", "readlink", "dirname", "cat", "df", "ls", "uname", "env", "id", "getent", "ss", "sleep")
 
-SMI_HEADER = """\
-+-----------------------------------------------------------------------------------------+
-| NVIDIA-SMI {driver:<22} Driver Version: {driver:<14} CUDA Version: {cuda:<8}|
-+-----------------------------------------+------------------------+----------------------+
-|   0  {name:<34}On  |   0000000F:01:00.0  On |                  N/A |
-+-----------------------------------------+------------------------+----------------------+
-"""
 
 
-def write_exe(path: Path, body: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(0o755)
-    return path
 
 
 class Fakes:

@@ -1,7 +1,6 @@
 """Fixtures for the model-files library: tiny GGUF files and a loopback HTTP file server with Range support."""
 from __future__ import annotations
 
-import importlib.util
 import re
 import socket
 import sys
@@ -15,24 +14,7 @@ import pytest
 from requests.structures import CaseInsensitiveDict
 
 REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
-
-def _ensure_engine_knowledge() -> None:
-    """Fallback for an uninstalled checkout: load engine/knowledge as ds4_converge.engine_knowledge by path."""
-    try:
-        import ds4_converge.engine_knowledge  # noqa: F401
-    except ModuleNotFoundError:
-        name, where = "ds4_converge.engine_knowledge", REPO / "engine" / "knowledge"
-        spec = importlib.util.spec_from_file_location(name, where / "__init__.py",
-                                                      submodule_search_locations=[str(where)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-
-
-_ensure_engine_knowledge()
 
 from ds4_converge.engine_knowledge import load as load_knowledge  # noqa: E402
 

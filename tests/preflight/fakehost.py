@@ -13,6 +13,7 @@ from ds4_converge.facts.memory import MemoryInfo
 from ds4_converge.facts.port import Listener
 from ds4_converge.facts.users import PasswdEntry
 from ds4_converge.spec import Spec
+from fake_tools import SMI_HEADER, write_exe
 
 GIB = 1024**3
 HIDDEN = ("nvcc", "nvidia-smi")
@@ -91,20 +92,8 @@ def listener(pid: int | None, command: str | None = None, cmdline=None, port: in
 # --------------------------------------------------------------------------------------- fake executables
 
 
-def write_exe(path: Path, body: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(0o755)
-    return path
 
 
-SMI_HEADER = """\
-+-----------------------------------------------------------------------------------------+
-| NVIDIA-SMI {driver:<22} Driver Version: {driver:<14} CUDA Version: {cuda:<8}|
-+-----------------------------------------+------------------------+----------------------+
-|   0  {name:<34}On  |   0000000F:01:00.0  On |                  N/A |
-+-----------------------------------------+------------------------+----------------------+
-"""
 
 
 class FakeHost:
@@ -207,15 +196,3 @@ done
         return os.pathsep.join(dirs)
 
 
-def engine_pids(root: Path) -> set[int]:
-    """ds4-server processes of releases under ``root`` (other test sessions may run engines of their own)."""
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"ds4-server" in cmdline and str(root).encode() in cmdline:
-                pids.add(int(entry.name))
-    return pids

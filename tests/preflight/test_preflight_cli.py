@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from fakehost import engine_pids
+from boxes import engine_pids
 
 LOCK = "converge.lock"  # the CLI takes the run lock (creating ROOT) before preflight: see test_failed_preflight_creates_no_root
 
@@ -239,7 +239,7 @@ def test_model_and_ctx_beyond_memory_is_an_error(box, fake):
         total = int(handle.readline().split()[1]) * 1024
     ctx = total // 17856 * 2  # KV alone needs twice the RAM
     preflight = fails_in_preflight(box, fake, "--set", f"server.ctx={ctx}")
-    assert preflight["msg"].startswith(f"model and server.ctx does not fit: weights 0.0 GiB + KV ")
+    assert preflight["msg"].startswith("model and server.ctx does not fit: weights 0.0 GiB + KV ")
 
 
 # ----------------------------------------------------------------------------- the lock
