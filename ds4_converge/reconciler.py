@@ -29,7 +29,7 @@ class Outcome:
 
     def to_json(self) -> dict:
         return {"ok": self.ok, "changed": self.changed, "reverted": self.reverted, "release": self.release,
-                "endpoint": self.endpoint, "error": self.error or None,
+                "endpoint": self.endpoint, "error": self.error or None, "detail": self.detail or None,
                 "roles": [r.to_json() for r in self.results]}
 
 

@@ -78,3 +78,29 @@ def test_a_setting_the_binary_lacks_is_refused_before_anything_stops(served_box)
     assert "server.power needs --power" in document["error"]
     after = box.status()
     assert (after["pid"], after["release"], after["healthy"]) == (before["pid"], before["release"], True)
+
+
+def test_never_reverts_to_the_config_that_just_failed(box):
+    """The engine died and its release's binary is now broken: restarting it fails, and last good is that
+    very config, so there is nothing to revert to — the run fails without a pointless 'revert'."""
+    rc, first = box.converge()
+    assert rc == 0, first
+    box.cli("stop", str(box.spec_path))
+    server = box.root / "releases" / first["release"] / "ds4-server"
+    server.write_text("#!/bin/sh\necho 'ds4: cuda backend unavailable; aborting startup' >&2\nexit 1\n")
+    rc, document = box.converge()
+    assert rc == 1 and not document["reverted"], document
+    assert "is this same config, so there is nothing to revert to" in document["error"]
+    assert "aborting startup" in document["error"], "the engine's own last words explain the failure"
+
+
+def test_a_failed_build_shows_the_build_log_tail_in_json(served_box):
+    box = served_box
+    box.spec["engine"]["ref"] = "v0.3.1-build-fails"
+    box.write()
+    try:
+        rc, document = box.converge()
+    finally:
+        box.spec["engine"]["ref"] = "v0.2.0"
+        box.write()
+    assert rc == 1 and "make -j2 cpu" in (document["detail"] or ""), document

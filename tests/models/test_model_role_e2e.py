@@ -118,3 +118,20 @@ def test_no_space_gives_the_numbers_and_downloads_nothing(box, file_server, tiny
     assert rc == 1 and "not enough free space" in document["error"] and "free" in document["error"], document
     assert list(tiny_disk.iterdir()) == [], "not even a partial file"
     assert box.status()["pid"] is None
+
+
+def test_remove_unused_deletes_only_files_no_release_uses(box, file_server):
+    data = MODEL.read_bytes()
+    box.spec["model"]["main"] = {"source": serve_model(file_server, data)}
+    box.write()
+    assert box.converge()[0] == 0
+    models = box.root / "models"
+    stale = models / "old-quant.gguf"
+    stale.write_bytes(b"GGUF old")
+    box.spec["model"]["remove_unused"] = True
+    box.write()
+    rc, document = box.converge()
+    assert rc == 0, document
+    assert not stale.exists()
+    assert (models / "tiny-ds4flash.gguf").exists(), "the serving model stays"
+    assert box.status()["healthy"]
