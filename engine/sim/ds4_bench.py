@@ -1,8 +1,6 @@
 """ds4-bench: in-process prefill/decode speed sweep over growing context frontiers."""
 
 import math
-import os
-import signal
 import sys
 import time
 
@@ -10,86 +8,35 @@ import ds4_common as C
 import ds4_gen as G
 
 OPTIONS = [
-    (("--prompt-file",), "FILE", "prompt_file", "str", "raw text prompt"),
-    (("--chat-prompt-file",), "FILE", "chat_file", "str", "one non-thinking user turn"),
-    (("-sys", "--system"), "TEXT", "system", "str", "system prompt for the chat prompt"),
-    (("--ctx-start",), "N", "ctx_start", "int", "first frontier (default 2048)"),
-    (("--ctx-max",), "N", "ctx_max", "int", "last frontier (default 32768)"),
-    (("--step-incr",), "N", "step_incr", "int", "frontier increment (default 2048)"),
-    (("--step-mul",), "F", "step_mul", "float", "geometric frontier growth"),
-    (("-n", "--gen-tokens"), "N", "gen", "int", "greedy tokens decoded per frontier (default 128)"),
-    (("--ctx-alloc",), "N", "ctx_alloc", "int", "context allocated (default ctx max plus gen plus 1)"),
-    (("-m", "--model"), "FILE", "model", "str", "main GGUF (default ds4flash.gguf)"),
-    (("-t", "--threads"), "N", "threads", "int", "CPU helper threads"),
-    (("--quality",), None, "quality", "flag", "exact kernels"),
-    (("--warm-weights",), None, "warm", "flag", "touch all mapped weight pages first"),
-    (("--metal",), None, "backend", "const:metal", "use the Metal backend"),
-    (("--cuda",), None, "backend", "const:cuda", "use the CUDA backend"),
-    (("--cpu",), None, "backend", "const:cpu", "use the CPU reference backend"),
-    (("--backend",), "NAME", "backend", "str", "backend: metal, cuda or cpu"),
-    (("--csv",), "FILE", "csv", "str", "write CSV here instead of stdout"),
-    (("-h", "--help"), None, "help", "help", "show this help and exit"),
+    C.Opt(("--prompt-file",), "FILE", "prompt_file", "str", "raw text prompt"),
+    C.Opt(("--chat-prompt-file",), "FILE", "chat_file", "str", "one non-thinking user turn"),
+    C.Opt(("-sys", "--system"), "TEXT", "system", "str", "system prompt for the chat prompt"),
+    C.Opt(("--ctx-start",), "N", "ctx_start", "int", "first frontier (default 2048)"),
+    C.Opt(("--ctx-max",), "N", "ctx_max", "int", "last frontier (default 32768)"),
+    C.Opt(("--step-incr",), "N", "step_incr", "int", "frontier increment (default 2048)"),
+    C.Opt(("--step-mul",), "F", "step_mul", "float", "geometric frontier growth",
+          C.check(lambda f: f > 1.0, "%(opt)s must be > 1")),
+    C.Opt(("-n", "--gen-tokens"), "N", "gen", "int", "greedy tokens decoded per frontier (default 128)"),
+    C.Opt(("--ctx-alloc",), "N", "ctx_alloc", "int", "context allocated (default ctx max plus gen plus 1)"),
+    C.Opt(("-m", "--model"), "FILE", "model", "str", "main GGUF (default ds4flash.gguf)"),
+    C.Opt(("-t", "--threads"), "N", "threads", "int", "CPU helper threads"),
+    *C.RUN_OPTIONS,
+    C.Opt(("--csv",), "FILE", "csv", "str", "write CSV here instead of stdout"),
+    C.Opt(("-h", "--help"), None, "help", "help", "show this help and exit"),
 ]
 
-
-def usage():
-    lines = ["usage: ds4-bench [options]", "", "options:"]
-    for names, meta, _k, _kind, text in OPTIONS:
-        lines.append("  %-28s %s" % (", ".join(names) + (" " + meta if meta else ""), text))
-    return "\n".join(lines) + "\n"
-
-
-def bad(msg, with_usage=False):
-    sys.stderr.write("ds4-bench: %s\n" % msg)
-    if with_usage:
-        sys.stderr.write(usage())
-    sys.exit(2)
+DEFAULTS = {"prompt_file": None, "chat_file": None, "system": None, "ctx_start": 2048, "ctx_max": 32768,
+            "step_incr": 2048, "step_mul": None, "gen": 128, "ctx_alloc": None, "model": "ds4flash.gguf",
+            "threads": None, "quality": False, "warm": False, "backend": None, "csv": None}
+CLI = C.Options("ds4-bench", OPTIONS, width=28)
 
 
 def parse(argv):
-    o = {"prompt_file": None, "chat_file": None, "system": None, "ctx_start": 2048, "ctx_max": 32768,
-         "step_incr": 2048, "step_mul": None, "gen": 128, "ctx_alloc": None, "model": "ds4flash.gguf",
-         "threads": None, "quality": False, "warm": False, "backend": None, "csv": None}
-    table = {n: opt for opt in OPTIONS for n in opt[0]}
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        opt = table.get(a)
-        if opt is None:
-            bad("unknown option: %s" % a, True)
-        names, meta, key, kind, _t = opt
-        if kind == "help":
-            sys.stdout.write(usage())
-            sys.exit(0)
-        if meta is None:
-            o[key] = kind[6:] if kind.startswith("const:") else True
-            i += 1
-            continue
-        if i + 1 >= len(argv):
-            bad("missing value for %s" % a)
-        v = argv[i + 1]
-        i += 2
-        if kind == "int":
-            try:
-                n = int(v, 10)
-            except ValueError:
-                bad("invalid integer for %s: %s" % (a, v))
-            if n <= 0:
-                bad("%s must be > 0" % a)
-            o[key] = n
-        elif kind == "float":
-            try:
-                o[key] = float(v)
-            except ValueError:
-                bad("invalid number for %s: %s" % (a, v))
-            if o[key] <= 1.0:
-                bad("%s must be > 1" % a)
-        else:
-            o[key] = v
+    o = CLI.parse(argv, DEFAULTS)
     if (o["prompt_file"] is None) == (o["chat_file"] is None):
-        bad("exactly one of --prompt-file or --chat-prompt-file is required")
+        CLI.bad("exactly one of --prompt-file or --chat-prompt-file is required")
     if o["ctx_start"] > o["ctx_max"]:
-        bad("--ctx-start must be <= --ctx-max")
+        CLI.bad("--ctx-start must be <= --ctx-max")
     return o
 
 
@@ -123,24 +70,11 @@ def main(argv=None):
     n_tok = C.count_tokens(text)
     if n_tok < o["ctx_max"]:
         C.die("ds4-bench: prompt has %d tokens, fewer than --ctx-max %d" % (n_tok, o["ctx_max"]), 1)
-    backend = o["backend"] or ("cuda" if C.is_cuda_build() else "cpu")
-    if backend == "metal" or (backend == "cuda" and not C.is_cuda_build()):
-        C.die("ds4: %s backend unavailable; aborting startup" % backend, 1)
-    stop = {"v": False}
-
-    def on_sig(_s, _f):
-        if stop["v"]:
-            os._exit(130)
-        stop["v"] = True
-    signal.signal(signal.SIGTERM, on_sig)
-    signal.signal(signal.SIGINT, on_sig)
+    backend = C.choose_backend(o["backend"])
     fault = C.fault()[0]
     if fault == "crash-at-start":
         C.die("ds4: cuda backend unavailable; aborting startup", 1)
-    try:
-        C.simulate_load(g, backend, o["warm"], lambda: stop["v"], hang=fault == "hang")
-    except C.Stop:
-        sys.exit(130)
+    stopped = C.load_on_signals(g, backend, o["warm"], hang=fault == "hang")
     fork = C.BUILD.get("flavour") == "fork"
     cols = ["ctx_tokens", "prefill_tokens", "prefill_tps", "gen_tokens", "gen_tps", "kvcache_bytes"]
     if fork:
@@ -149,7 +83,7 @@ def main(argv=None):
     pf0, dc0 = C.prefill_tok_s(), C.decode_tok_s()
     prev = 0
     for ctx in frontiers(o):
-        if stop["v"]:
+        if stopped():
             sys.exit(130)
         slice_n = ctx - prev
         pf = pf0 / (1.0 + ctx / 65536.0)

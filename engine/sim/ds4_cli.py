@@ -1,6 +1,5 @@
 """ds4: command line front end (one prompt, or model inspection)."""
 
-import os
 import sys
 import time
 
@@ -8,84 +7,34 @@ import ds4_common as C
 import ds4_gen as G
 
 OPTIONS = [
-    (("-m", "--model"), "FILE", "model", "str", "main GGUF (default ds4flash.gguf)"),
-    (("--mtp",), "FILE", "mtp", "str", "optional MTP speculative decoding GGUF"),
-    (("--mtp-draft",), "N", "mtp_draft", "int", "MTP draft tokens per step (default 1)"),
-    (("-c", "--ctx"), "N", "ctx", "int", "context tokens (default 32768)"),
-    (("-n", "--tokens"), "N", "tokens", "int", "max output tokens (default 50000)"),
-    (("-t", "--threads"), "N", "threads", "int", "CPU helper threads"),
-    (("-p", "--prompt"), "TEXT", "prompt", "str", "prompt text"),
-    (("--prompt-file",), "FILE", "prompt_file", "str", "read the prompt from a file"),
-    (("--temp",), "F", "temp", "float", "sampling temperature (default 1)"),
-    (("--nothink",), None, "think", "const:off", "disable thinking"),
-    (("--think",), None, "think", "const:high", "enable thinking (default)"),
-    (("--think-max",), None, "think", "const:max", "maximum thinking effort"),
-    (("--inspect",), None, "inspect", "flag", "print model metadata and exit"),
-    (("--dump-tokens",), None, "dump", "flag", "tokenize the prompt and exit"),
-    (("--quality",), None, "quality", "flag", "exact kernels"),
-    (("--warm-weights",), None, "warm", "flag", "touch all mapped weight pages first"),
-    (("--metal",), None, "backend", "const:metal", "use the Metal backend"),
-    (("--cuda",), None, "backend", "const:cuda", "use the CUDA backend"),
-    (("--cpu",), None, "backend", "const:cpu", "use the CPU reference backend"),
-    (("--backend",), "NAME", "backend", "str", "backend: metal, cuda or cpu"),
-    (("-h", "--help"), None, "help", "help", "show this help and exit"),
+    C.Opt(("-m", "--model"), "FILE", "model", "str", "main GGUF (default ds4flash.gguf)"),
+    C.Opt(("--mtp",), "FILE", "mtp", "str", "optional MTP speculative decoding GGUF"),
+    C.Opt(("--mtp-draft",), "N", "mtp_draft", "int", "MTP draft tokens per step (default 1)"),
+    C.Opt(("-c", "--ctx"), "N", "ctx", "int", "context tokens (default 32768)"),
+    C.Opt(("-n", "--tokens"), "N", "tokens", "int", "max output tokens (default 50000)"),
+    C.Opt(("-t", "--threads"), "N", "threads", "int", "CPU helper threads"),
+    C.Opt(("-p", "--prompt"), "TEXT", "prompt", "str", "prompt text"),
+    C.Opt(("--prompt-file",), "FILE", "prompt_file", "str", "read the prompt from a file"),
+    C.Opt(("--temp",), "F", "temp", "float", "sampling temperature (default 1)"),
+    C.Opt(("--nothink",), None, "think", "const:off", "disable thinking"),
+    C.Opt(("--think",), None, "think", "const:high", "enable thinking (default)"),
+    C.Opt(("--think-max",), None, "think", "const:max", "maximum thinking effort"),
+    C.Opt(("--inspect",), None, "inspect", "flag", "print model metadata and exit"),
+    C.Opt(("--dump-tokens",), None, "dump", "flag", "tokenize the prompt and exit"),
+    *C.RUN_OPTIONS,
+    C.Opt(("-h", "--help"), None, "help", "help", "show this help and exit"),
 ]
 
-
-def usage():
-    lines = ["usage: ds4 [options]", "", "options:"]
-    for names, meta, _k, _kind, text in OPTIONS:
-        lines.append("  %-26s %s" % (", ".join(names) + (" " + meta if meta else ""), text))
-    return "\n".join(lines) + "\n"
-
-
-def bad(msg, with_usage=False):
-    sys.stderr.write("ds4: %s\n" % msg)
-    if with_usage:
-        sys.stderr.write(usage())
-    sys.exit(2)
+DEFAULTS = {"model": "ds4flash.gguf", "mtp": None, "mtp_draft": 1, "ctx": 32768, "tokens": 50000,
+            "threads": None, "prompt": None, "prompt_file": None, "temp": 1.0, "think": "high",
+            "inspect": False, "dump": False, "quality": False, "warm": False, "backend": None}
+CLI = C.Options("ds4", OPTIONS, width=26)
 
 
 def parse(argv):
-    o = {"model": "ds4flash.gguf", "mtp": None, "mtp_draft": 1, "ctx": 32768, "tokens": 50000,
-         "threads": None, "prompt": None, "prompt_file": None, "temp": 1.0, "think": "high",
-         "inspect": False, "dump": False, "quality": False, "warm": False, "backend": None}
-    table = {n: opt for opt in OPTIONS for n in opt[0]}
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        opt = table.get(a)
-        if opt is None:
-            bad("unknown option: %s" % a, True)
-        names, meta, key, kind, _t = opt
-        if kind == "help":
-            sys.stdout.write(usage())
-            sys.exit(0)
-        if meta is None:
-            o[key] = kind[6:] if kind.startswith("const:") else True
-            i += 1
-            continue
-        if i + 1 >= len(argv):
-            bad("missing value for %s" % a)
-        v = argv[i + 1]
-        i += 2
-        if kind == "int":
-            try:
-                n = int(v, 10)
-            except ValueError:
-                bad("invalid integer for %s: %s" % (a, v))
-            if n <= 0:
-                bad("%s must be > 0" % a)
-            o[key] = n
-        elif kind == "float":
-            try:
-                o[key] = float(v)
-            except ValueError:
-                bad("invalid number for %s: %s" % (a, v))
-        else:
-            o[key] = v
+    o = CLI.parse(argv, DEFAULTS)
     if o["backend"] not in (None, "metal", "cuda", "cpu"):
-        bad("unknown backend: %s" % o["backend"])
+        CLI.bad("unknown backend: %s" % o["backend"])
     return o
 
 
@@ -112,7 +61,7 @@ def main(argv=None):
         except OSError as e:
             C.die("ds4: cannot read prompt file %s: %s" % (o["prompt_file"], e.strerror), 1)
     if prompt is None:
-        bad("a prompt is required (-p or --prompt-file)")
+        CLI.bad("a prompt is required (-p or --prompt-file)")
     thinking = o["think"] != "off"
     rendered = G.render([{"role": "user", "content": prompt}], None, None, thinking)
     if o["dump"]:
@@ -124,26 +73,12 @@ def main(argv=None):
     if o["mtp"]:
         C.open_mtp(o["mtp"])
         C.log("ds4: MTP support model loaded: %s (draft=%d)" % (o["mtp"], o["mtp_draft"]))
-    backend = o["backend"] or ("cuda" if C.is_cuda_build() else "cpu")
-    if backend == "metal" or (backend == "cuda" and not C.is_cuda_build()):
-        C.die("ds4: %s backend unavailable; aborting startup" % backend, 1)
+    backend = C.choose_backend(o["backend"])
     fault = C.fault()[0]
     if fault == "crash-at-start":
         C.log("ds4: CUDA error: out of memory at ds4_cuda.cu:412 (cudaMalloc of 1792 MiB weight arena)")
         C.die("ds4: cuda backend unavailable; aborting startup", 1)
-    stop = {"v": False}
-    try:
-        import signal
-
-        def on_sig(_s, _f):
-            if stop["v"]:
-                os._exit(130)
-            stop["v"] = True
-        signal.signal(signal.SIGTERM, on_sig)
-        signal.signal(signal.SIGINT, on_sig)
-        C.simulate_load(g, backend, o["warm"], lambda: stop["v"], hang=fault == "hang")
-    except C.Stop:
-        sys.exit(130)
+    C.load_on_signals(g, backend, o["warm"], hang=fault == "hang")
     n_prompt = len(C._TOK.findall(rendered))
     t0 = time.time()
     time.sleep(min(n_prompt / C.prefill_tok_s(), 10.0))

@@ -1,14 +1,16 @@
-"""Shared runtime of the ds4 programs: logging, instance lock, GGUF reading and
-model validation, build settings and the weight-load phase.
+"""Shared runtime of the ds4 programs: command line options, logging, instance lock,
+GGUF reading and model validation, build settings and the weight-load phase.
 
 Only the Python standard library is used: the built programs run on a bare
 interpreter.
 """
 
+import collections
 import errno
 import fcntl
 import os
 import re
+import signal
 import struct
 import sys
 import time
@@ -30,6 +32,108 @@ TIMESTAMPS = False  # the server prefixes every line with "MMDD HH:MM:SS "
 
 KNOWN_FAULTS = ("none", "crash-at-start", "crash-after", "hang", "wrong-model",
                 "wrong-answer", "build-fails")
+
+
+# --------------------------------------------------------------------------- command line
+
+# One row of a program's option table.
+#   kind:  str | int (> 0) | int0 (>= 0) | float | flag | const:<value> | help | version
+#   check: None or check(...): a further test of the converted value
+#   fork:  listed only by fork builds (the program filters its table)
+Opt = collections.namedtuple("Opt", "names meta key kind text check fork", defaults=(None, False))
+
+
+# kernel, weight-load and backend options of ds4 and ds4-bench (ds4-server words its own)
+RUN_OPTIONS = [
+    Opt(("--quality",), None, "quality", "flag", "exact kernels"),
+    Opt(("--warm-weights",), None, "warm", "flag", "touch all mapped weight pages first"),
+    Opt(("--metal",), None, "backend", "const:metal", "use the Metal backend"),
+    Opt(("--cuda",), None, "backend", "const:cuda", "use the CUDA backend"),
+    Opt(("--cpu",), None, "backend", "const:cpu", "use the CPU reference backend"),
+    Opt(("--backend",), "NAME", "backend", "str", "backend: metal, cuda or cpu"),
+]
+
+
+def check(ok, msg):
+    """A validator for an Opt row: the message msg (with %(opt)s, the option as
+    given, and %(val)s, the value) when ok(value) is false."""
+    return lambda opt, val: None if ok(val) else msg % {"opt": opt, "val": val}
+
+
+def _int10(v):
+    return int(v, 10)
+
+
+# kind: (conversion, message when it fails, check every value of the kind passes)
+_VALUE_KINDS = {
+    "str": (str, None, None),
+    "int": (_int10, "invalid integer for %(opt)s: %(val)s", check(lambda n: n > 0, "%(opt)s must be > 0")),
+    "int0": (_int10, "invalid integer for %(opt)s: %(val)s", check(lambda n: n >= 0, "%(opt)s must be >= 0")),
+    "float": (float, "invalid number for %(opt)s: %(val)s", None),
+}
+
+
+class Options:
+    """The table-driven command line of one program: usage text, errors (exit 2)
+    and parsing into a dict of the table's keys."""
+
+    def __init__(self, prog, table, width=None):
+        self.prog = prog
+        self.table = table
+        self.width = width  # of the names column; None: the longest entry + 1
+
+    def usage(self):
+        lines = ["usage: %s [options]" % self.prog, "", "options:"]
+        rows = [(", ".join(o.names) + (" " + o.meta if o.meta else ""), o.text) for o in self.table]
+        width = self.width if self.width is not None else max(len(r[0]) for r in rows) + 1
+        for left, text in rows:
+            lines.append("  %-*s %s" % (width, left, text))
+        return "\n".join(lines) + "\n"
+
+    def bad(self, msg, with_usage=False):
+        sys.stderr.write("%s: %s\n" % (self.prog, msg))
+        if with_usage:
+            sys.stderr.write(self.usage())
+        sys.stderr.flush()
+        sys.exit(2)
+
+    def _print_and_exit(self, text):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        sys.exit(0)
+
+    def parse(self, argv, defaults):
+        o = dict(defaults)
+        by_name = {n: opt for opt in self.table for n in opt.names}
+        i = 0
+        while i < len(argv):
+            arg = argv[i]
+            opt = by_name.get(arg)
+            if opt is None:
+                self.bad("unknown option: %s" % arg, with_usage=True)
+            if opt.kind == "help":
+                self._print_and_exit(self.usage())
+            if opt.kind == "version":
+                self._print_and_exit("%s %s\n" % (self.prog, BUILD.get("version") or "unknown"))
+            if opt.meta is None:
+                o[opt.key] = opt.kind[len("const:"):] if opt.kind.startswith("const:") else True
+                i += 1
+                continue
+            if i + 1 >= len(argv):
+                self.bad("missing value for %s" % arg)
+            raw = argv[i + 1]
+            i += 2
+            convert, invalid, kind_check = _VALUE_KINDS[opt.kind]
+            try:
+                val = convert(raw)
+            except ValueError:
+                self.bad(invalid % {"opt": arg, "val": raw})
+            for test in (kind_check, opt.check):
+                err = test and test(arg, val)
+                if err:
+                    self.bad(err)
+            o[opt.key] = val
+        return o
 
 
 # --------------------------------------------------------------------------- logging
@@ -429,6 +533,35 @@ def simulate_load(g, backend, warm, stop_requested, hang=False):
         log("ds4: CUDA startup model cache prepared %.2f GiB of tensor spans in %.1fs" % (gib, el))
     else:
         log("ds4: CPU model weights ready %.2f GiB in %.1fs" % (gib, el))
+
+
+def choose_backend(requested):
+    """The backend asked for, else cuda in CUDA builds and cpu otherwise; exits 1
+    when this build cannot run it."""
+    backend = requested or ("cuda" if is_cuda_build() else "cpu")
+    if backend == "metal" or (backend == "cuda" and not is_cuda_build()):
+        die("ds4: %s backend unavailable; aborting startup" % backend, 1)
+    return backend
+
+
+def load_on_signals(g, backend, warm, hang=False):
+    """The weight-load phase of the one-shot programs (ds4, ds4-bench) under their
+    SIGTERM/SIGINT handling: a first signal asks for a stop (the load ends with
+    exit 130), a second exits 130 at once. Returns a function that tells whether a
+    stop was asked for, for the program to poll after the load."""
+    stop = {"v": False}
+
+    def on_sig(_s, _f):
+        if stop["v"]:
+            os._exit(130)
+        stop["v"] = True
+    signal.signal(signal.SIGTERM, on_sig)
+    signal.signal(signal.SIGINT, on_sig)
+    try:
+        simulate_load(g, backend, warm, lambda: stop["v"], hang=hang)
+    except Stop:
+        sys.exit(130)
+    return lambda: stop["v"]
 
 
 # --------------------------------------------------------------------------- memory

@@ -22,168 +22,103 @@ SUPPORTED_PARAMETERS = ["tools", "tool_choice", "max_tokens", "temperature", "to
 MAX_BODY = 64 << 20
 
 # --------------------------------------------------------------------------- options
-# (names, metavar, key, kind, help, fork_only)
-#   kind: str | int (> 0) | int0 (>= 0) | float | flag | const:<value> | help | version
+# C.Opt(names, metavar, key, kind, help, check, fork): kinds as in ds4_common.Opt;
+# fork: the option exists in fork builds only.
+NONEMPTY = C.check(lambda v: v != "", "empty value for %(opt)s")
+BACKEND = C.check(lambda v: v in ("metal", "cuda", "cpu"), "unknown backend: %(val)s")
+PORT = C.check(lambda n: n <= 65535, "%(opt)s must be <= 65535")
+POWER = C.check(lambda n: n <= 100, "%(opt)s must be between 1 and 100")
+EFFORT = C.check(lambda v: v in ("low", "high", "max", "off"),
+                 "invalid value for %(opt)s: %(val)s (low, high, max or off)")
+PRESET = C.check(lambda v: v == "spark", "unknown preset: %(val)s")
+
 OPTIONS = [
-    (("-m", "--model"), "FILE", "model", "str", "main GGUF (default ds4flash.gguf)", False),
-    (("--mtp",), "FILE", "mtp", "str", "optional MTP speculative decoding GGUF", False),
-    (("--mtp-draft",), "N", "mtp_draft", "int", "MTP draft tokens per step, at most 16 (default 1)", False),
-    (("--mtp-margin",), "F", "mtp_margin", "float", "MTP confidence gate (default 3)", False),
-    (("-c", "--ctx"), "N", "ctx", "int", "context tokens allocated at start (default 32768)", False),
-    (("-n", "--tokens"), "N", "tokens", "int", "default max output tokens (default 393216)", False),
-    (("-t", "--threads"), "N", "threads", "int", "CPU helper threads (default min(cores,12))", False),
-    (("--chdir",), "DIR", "chdir", "str", "change directory before loading", False),
-    (("--quality",), None, "quality", "flag", "exact kernels, strict MTP verification", False),
-    (("--dir-steering-file",), "FILE", "steer_file", "str", "directional steering vectors", False),
-    (("--dir-steering-ffn",), "F", "steer_ffn", "float", "FFN steering scale (default 1 with a file)", False),
-    (("--dir-steering-attn",), "F", "steer_attn", "float", "attention steering scale (default 0)", False),
-    (("--warm-weights",), None, "warm", "flag", "touch all mapped weight pages before serving", False),
-    (("--metal",), None, "backend", "const:metal", "use the Metal backend", False),
-    (("--cuda",), None, "backend", "const:cuda", "use the CUDA backend (default in CUDA builds)", False),
-    (("--cpu",), None, "backend", "const:cpu", "use the CPU reference backend", False),
-    (("--backend",), "NAME", "backend", "backend", "backend: metal, cuda or cpu", False),
-    (("--host",), "HOST", "host", "str", "bind address, IPv4 literal or localhost (default 127.0.0.1)", False),
-    (("--port",), "N", "port", "int", "listen port (default 8000)", False),
-    (("--cors",), None, "cors", "flag", "add permissive CORS headers", False),
-    (("--trace",), "FILE", "trace", "str", "write a human readable session trace", False),
-    (("--kv-disk-dir",), "DIR", "kv_dir", "str", "disk KV checkpoint directory (created)", False),
-    (("--kv-disk-space-mb",), "N", "kv_mb", "int", "disk KV budget in MiB (default 4096)", False),
-    (("--kv-cache-min-tokens",), "N", "kv_min", "int", "minimum prefix length to save (default 512)", False),
-    (("--kv-cache-cold-max-tokens",), "N", "kv_cold_max", "int0",
-     "cold save limit, 0 disables (default 30000)", False),
-    (("--kv-cache-continued-interval-tokens",), "N", "kv_interval", "int0",
-     "periodic save interval, 0 disables (default 10000)", False),
-    (("--kv-cache-boundary-trim-tokens",), "N", "kv_trim", "int0", "tail trim for cold saves (default 32)", False),
-    (("--kv-cache-boundary-align-tokens",), "N", "kv_align", "int", "alignment for cold saves (default 2048)", False),
-    (("--kv-cache-reject-different-quant",), None, "kv_reject_quant", "flag",
-     "refuse checkpoints written by another quantization", False),
-    (("--disable-exact-dsml-tool-replay",), None, "no_replay", "flag", "disable the exact tool call replay map", False),
-    (("--tool-memory-max-ids",), "N", "tool_ids", "int", "tool call ids remembered (default 100000)", False),
+    C.Opt(("-m", "--model"), "FILE", "model", "str", "main GGUF (default ds4flash.gguf)", NONEMPTY),
+    C.Opt(("--mtp",), "FILE", "mtp", "str", "optional MTP speculative decoding GGUF", NONEMPTY),
+    C.Opt(("--mtp-draft",), "N", "mtp_draft", "int", "MTP draft tokens per step, at most 16 (default 1)"),
+    C.Opt(("--mtp-margin",), "F", "mtp_margin", "float", "MTP confidence gate (default 3)"),
+    C.Opt(("-c", "--ctx"), "N", "ctx", "int", "context tokens allocated at start (default 32768)"),
+    C.Opt(("-n", "--tokens"), "N", "tokens", "int", "default max output tokens (default 393216)"),
+    C.Opt(("-t", "--threads"), "N", "threads", "int", "CPU helper threads (default min(cores,12))"),
+    C.Opt(("--chdir",), "DIR", "chdir", "str", "change directory before loading", NONEMPTY),
+    C.Opt(("--quality",), None, "quality", "flag", "exact kernels, strict MTP verification"),
+    C.Opt(("--dir-steering-file",), "FILE", "steer_file", "str", "directional steering vectors", NONEMPTY),
+    C.Opt(("--dir-steering-ffn",), "F", "steer_ffn", "float", "FFN steering scale (default 1 with a file)"),
+    C.Opt(("--dir-steering-attn",), "F", "steer_attn", "float", "attention steering scale (default 0)"),
+    C.Opt(("--warm-weights",), None, "warm", "flag", "touch all mapped weight pages before serving"),
+    C.Opt(("--metal",), None, "backend", "const:metal", "use the Metal backend"),
+    C.Opt(("--cuda",), None, "backend", "const:cuda", "use the CUDA backend (default in CUDA builds)"),
+    C.Opt(("--cpu",), None, "backend", "const:cpu", "use the CPU reference backend"),
+    C.Opt(("--backend",), "NAME", "backend", "str", "backend: metal, cuda or cpu", BACKEND),
+    C.Opt(("--host",), "HOST", "host", "str", "bind address, IPv4 literal or localhost (default 127.0.0.1)",
+          NONEMPTY),
+    C.Opt(("--port",), "N", "port", "int", "listen port (default 8000)", PORT),
+    C.Opt(("--cors",), None, "cors", "flag", "add permissive CORS headers"),
+    C.Opt(("--trace",), "FILE", "trace", "str", "write a human readable session trace", NONEMPTY),
+    C.Opt(("--kv-disk-dir",), "DIR", "kv_dir", "str", "disk KV checkpoint directory (created)", NONEMPTY),
+    C.Opt(("--kv-disk-space-mb",), "N", "kv_mb", "int", "disk KV budget in MiB (default 4096)"),
+    C.Opt(("--kv-cache-min-tokens",), "N", "kv_min", "int", "minimum prefix length to save (default 512)"),
+    C.Opt(("--kv-cache-cold-max-tokens",), "N", "kv_cold_max", "int0",
+          "cold save limit, 0 disables (default 30000)"),
+    C.Opt(("--kv-cache-continued-interval-tokens",), "N", "kv_interval", "int0",
+          "periodic save interval, 0 disables (default 10000)"),
+    C.Opt(("--kv-cache-boundary-trim-tokens",), "N", "kv_trim", "int0", "tail trim for cold saves (default 32)"),
+    C.Opt(("--kv-cache-boundary-align-tokens",), "N", "kv_align", "int", "alignment for cold saves (default 2048)"),
+    C.Opt(("--kv-cache-reject-different-quant",), None, "kv_reject_quant", "flag",
+          "refuse checkpoints written by another quantization"),
+    C.Opt(("--disable-exact-dsml-tool-replay",), None, "no_replay", "flag",
+          "disable the exact tool call replay map"),
+    C.Opt(("--tool-memory-max-ids",), "N", "tool_ids", "int", "tool call ids remembered (default 100000)"),
     # fork additions
-    (("--version",), None, "version", "version", "print the version and exit", True),
-    (("--no-update-check",), None, "no_update_check", "flag", "never check for a newer release", True),
-    (("--dspark",), "FILE", "dspark", "str", "DSpark drafter GGUF", True),
-    (("--no-spec",), None, "no_spec", "flag", "plain decoding, no speculative drafter", True),
-    (("--no-mtp",), None, "no_mtp", "flag", "do not attach an MTP head", True),
-    (("--no-dspark",), None, "no_dspark", "flag", "do not attach a DSpark drafter", True),
-    (("--preset",), "NAME", "preset", "preset", "spark: require the full speculative stack", True),
-    (("--power",), "N", "power", "power", "GPU duty cycle percent, 1 to 100 (default 100)", True),
-    (("--reasoning-effort",), "LEVEL", "effort", "effort", "low, high, max or off (default low)", True),
-    (("--mem-floor-gb",), "N", "mem_floor", "int0", "GiB of memory admissions leave free (default 4)", True),
-    (("-h", "--help"), None, "help", "help", "show this help and exit", False),
+    C.Opt(("--version",), None, "version", "version", "print the version and exit", fork=True),
+    C.Opt(("--no-update-check",), None, "no_update_check", "flag", "never check for a newer release", fork=True),
+    C.Opt(("--dspark",), "FILE", "dspark", "str", "DSpark drafter GGUF", NONEMPTY, fork=True),
+    C.Opt(("--no-spec",), None, "no_spec", "flag", "plain decoding, no speculative drafter", fork=True),
+    C.Opt(("--no-mtp",), None, "no_mtp", "flag", "do not attach an MTP head", fork=True),
+    C.Opt(("--no-dspark",), None, "no_dspark", "flag", "do not attach a DSpark drafter", fork=True),
+    C.Opt(("--preset",), "NAME", "preset", "str", "spark: require the full speculative stack", PRESET, fork=True),
+    C.Opt(("--power",), "N", "power", "int", "GPU duty cycle percent, 1 to 100 (default 100)", POWER, fork=True),
+    C.Opt(("--reasoning-effort",), "LEVEL", "effort", "str", "low, high, max or off (default low)", EFFORT,
+          fork=True),
+    C.Opt(("--mem-floor-gb",), "N", "mem_floor", "int0", "GiB of memory admissions leave free (default 4)",
+          fork=True),
+    C.Opt(("-h", "--help"), None, "help", "help", "show this help and exit"),
 ]
+
+DEFAULTS = {"model": None, "mtp": None, "mtp_draft": 1, "mtp_margin": 3.0, "ctx": 32768,
+            "tokens": 393216, "threads": None, "chdir": None, "quality": False, "warm": False,
+            "backend": None, "host": "127.0.0.1", "port": 8000, "cors": False, "trace": None,
+            "kv_dir": None, "kv_mb": 4096, "kv_min": 512, "kv_cold_max": 30000, "kv_interval": 10000,
+            "kv_trim": 32, "kv_align": 2048, "kv_reject_quant": False, "no_replay": False,
+            "tool_ids": 100000, "steer_file": None, "steer_ffn": None, "steer_attn": 0.0,
+            "no_update_check": False, "dspark": None, "no_spec": False, "no_mtp": False,
+            "no_dspark": False, "preset": None, "power": 100, "effort": "low", "mem_floor": None}
 
 
 def flavour():
     return "fork" if C.BUILD.get("flavour") == "fork" else "upstream"
 
 
-def active_options():
+def cli():
     fork = flavour() == "fork"
-    return [o for o in OPTIONS if fork or not o[5]]
-
-
-def usage():
-    lines = ["usage: ds4-server [options]", "", "options:"]
-    rows = [(", ".join(o[0]) + (" " + o[1] if o[1] else ""), o[4]) for o in active_options()]
-    width = max(len(r[0]) for r in rows) + 2
-    for left, text in rows:
-        lines.append("  %-*s%s" % (width, left, text))
-    return "\n".join(lines) + "\n"
-
-
-def bad_cli(msg, with_usage=False):
-    sys.stderr.write("ds4-server: %s\n" % msg)
-    if with_usage:
-        sys.stderr.write(usage())
-    sys.stderr.flush()
-    sys.exit(2)
+    return C.Options("ds4-server", [o for o in OPTIONS if fork or not o.fork])
 
 
 def parse_options(argv):
-    o = {"model": None, "mtp": None, "mtp_draft": 1, "mtp_margin": 3.0, "ctx": 32768,
-         "tokens": 393216, "threads": None, "chdir": None, "quality": False, "warm": False,
-         "backend": None, "host": "127.0.0.1", "port": 8000, "cors": False, "trace": None,
-         "kv_dir": None, "kv_mb": 4096, "kv_min": 512, "kv_cold_max": 30000, "kv_interval": 10000,
-         "kv_trim": 32, "kv_align": 2048, "kv_reject_quant": False, "no_replay": False,
-         "tool_ids": 100000, "steer_file": None, "steer_ffn": None, "steer_attn": 0.0,
-         "no_update_check": False, "dspark": None, "no_spec": False, "no_mtp": False,
-         "no_dspark": False, "preset": None, "power": 100, "effort": "low", "mem_floor": None}
-    table = {}
-    for opt in active_options():
-        for n in opt[0]:
-            table[n] = opt
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        opt = table.get(arg)
-        if opt is None:
-            bad_cli("unknown option: %s" % arg, with_usage=True)
-        names, meta, key, kind, _t, _f = opt
-        if kind == "help":
-            sys.stdout.write(usage())
-            sys.stdout.flush()
-            sys.exit(0)
-        if kind == "version":
-            sys.stdout.write("ds4-server %s\n" % (C.BUILD.get("version") or "unknown"))
-            sys.stdout.flush()
-            sys.exit(0)
-        if meta is None:
-            o[key] = kind[len("const:"):] if kind.startswith("const:") else True
-            i += 1
-            continue
-        if i + 1 >= len(argv):
-            bad_cli("missing value for %s" % arg)
-        val = argv[i + 1]
-        i += 2
-        if kind == "str":
-            if val == "":
-                bad_cli("empty value for %s" % arg)
-            o[key] = val
-        elif kind in ("int", "int0", "power"):
-            try:
-                n = int(val, 10)
-            except ValueError:
-                bad_cli("invalid integer for %s: %s" % (arg, val))
-            if kind == "int0" and n < 0:
-                bad_cli("%s must be >= 0" % arg)
-            if kind in ("int", "power") and n <= 0:
-                bad_cli("%s must be > 0" % arg)
-            if kind == "power" and n > 100:
-                bad_cli("%s must be between 1 and 100" % arg)
-            if key == "port" and n > 65535:
-                bad_cli("%s must be <= 65535" % arg)
-            o[key] = n
-        elif kind == "float":
-            try:
-                o[key] = float(val)
-            except ValueError:
-                bad_cli("invalid number for %s: %s" % (arg, val))
-        elif kind == "backend":
-            if val not in ("metal", "cuda", "cpu"):
-                bad_cli("unknown backend: %s" % val)
-            o[key] = val
-        elif kind == "effort":
-            if val not in ("low", "high", "max", "off"):
-                bad_cli("invalid value for %s: %s (low, high, max or off)" % (arg, val))
-            o[key] = val
-        elif kind == "preset":
-            if val != "spark":
-                bad_cli("unknown preset: %s" % val)
-            o[key] = val
+    o = cli().parse(argv, DEFAULTS)
     if o["kv_cold_max"] and o["kv_cold_max"] < o["kv_min"]:
-        bad_cli("--kv-cache-cold-max-tokens must be >= --kv-cache-min-tokens")
+        cli().bad("--kv-cache-cold-max-tokens must be >= --kv-cache-min-tokens")
     if o["mtp_draft"] > 16:
         o["mtp_draft"] = 16
     if flavour() == "fork":
         if o["no_spec"] and o["mtp"]:
-            bad_cli("--no-spec conflicts with --mtp")
+            cli().bad("--no-spec conflicts with --mtp")
         if o["no_spec"] and o["dspark"]:
-            bad_cli("--no-spec conflicts with --dspark")
+            cli().bad("--no-spec conflicts with --dspark")
         if o["no_mtp"] and o["mtp"]:
-            bad_cli("--no-mtp conflicts with --mtp")
+            cli().bad("--no-mtp conflicts with --mtp")
         if o["no_dspark"] and o["dspark"]:
-            bad_cli("--no-dspark conflicts with --dspark")
+            cli().bad("--no-dspark conflicts with --dspark")
     return o
 
 
@@ -230,6 +165,13 @@ class State:
 
 
 STATE = None
+
+
+def _with_timings(obj, timings):
+    """obj, with the fork's per-request "timings" added in fork builds."""
+    if flavour() == "fork":
+        obj["timings"] = timings
+    return obj
 
 
 def _on_signal(signum, _frame):
@@ -338,6 +280,15 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except OSError:
             raise Disconnect()
+
+    def _sse_done(self, last, usage, timings):
+        """Ends an OpenAI stream: when the client asked for usage, last (a chunk of
+        the stream) with no choices, the usage and the fork's timings; then [DONE]."""
+        if last is not None:
+            last["choices"] = []
+            last["usage"] = usage
+            self._sse(_with_timings(last, timings))
+        self._sse("[DONE]")
 
     # ---- verbs
     def do_OPTIONS(self):
@@ -581,14 +532,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._sse_start()
                 self._sse(chunk({"role": "assistant", "content": ""}))
             self._sse(chunk({}, gen.finish))
-            if include_usage:
-                u = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                     "choices": [], "usage": usage}
-                if flavour() == "fork":
-                    u["timings"] = timings
-                self._sse(u)
-            self._sse("[DONE]")
-            return
+            return self._sse_done(chunk({}) if include_usage else None, usage, timings)
         msg = {"role": "assistant", "content": "".join(gen.content).strip()}
         if thinking:
             msg["reasoning_content"] = "".join(gen.reasoning).strip()
@@ -598,9 +542,7 @@ class Handler(BaseHTTPRequestHandler):
         out = {"id": cid, "object": "chat.completion", "created": created, "model": model,
                "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": gen.finish}],
                "usage": usage}
-        if flavour() == "fork":
-            out["timings"] = timings
-        self._json(200, out)
+        self._json(200, _with_timings(out, timings))
 
     # ---- OpenAI completions
     def _completions(self, req):
@@ -646,22 +588,13 @@ class Handler(BaseHTTPRequestHandler):
             if not started[0]:
                 self._sse_start()
             self._sse(chunk(finish=gen.finish))
-            if include_usage:
-                u = {"id": cid, "object": "text_completion", "created": created, "model": model,
-                     "choices": [], "usage": usage}
-                if flavour() == "fork":
-                    u["timings"] = timings
-                self._sse(u)
-            self._sse("[DONE]")
-            return
+            return self._sse_done(chunk() if include_usage else None, usage, timings)
         c = {"index": 0, "text": "".join(gen.content).strip(), "logprobs": None, "finish_reason": gen.finish}
         if thinking:
             c["reasoning_content"] = "".join(gen.reasoning).strip()
         out = {"id": cid, "object": "text_completion", "created": created, "model": model,
                "choices": [c], "usage": usage}
-        if flavour() == "fork":
-            out["timings"] = timings
-        self._json(200, out)
+        self._json(200, _with_timings(out, timings))
 
     # ---- Anthropic messages
     def _messages(self, req):
@@ -952,11 +885,7 @@ def main(argv=None):
             o["threads"] = max(int(os.environ.get("DS4_THREADS", "")), 1)
         except ValueError:
             o["threads"] = min(os.cpu_count() or 1, 12)
-    backend = o["backend"] or ("cuda" if C.is_cuda_build() else "cpu")
-    if backend == "metal":
-        C.die("ds4: metal backend unavailable; aborting startup", 1)
-    if backend == "cuda" and not C.is_cuda_build():
-        C.die("ds4: cuda backend unavailable; aborting startup", 1)
+    backend = C.choose_backend(o["backend"])
     if o["trace"]:
         try:
             st.trace = open(o["trace"], "a", encoding="utf-8")
