@@ -26,6 +26,15 @@ def supervisord_argv(conf: Path, *, foreground: bool = False) -> list[str]:
     return [sys.executable, "-m", "supervisor.supervisord", *(["--nodaemon"] if foreground else []), "-c", str(conf)]
 
 
+KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "HOME", "USER", "LOGNAME")
+
+
+def daemon_environment() -> dict[str, str]:
+    """What supervisord (and so the engine) inherits: the basics only. The engine's environment is declared in
+    the spec, never leaked from the shell that ran us (HF_TOKEN, a stale NVCC, CUDA_VISIBLE_DEVICES …)."""
+    return {k: v for k, v in os.environ.items() if k in KEPT_ENV}
+
+
 class Supervisor:
     def __init__(self, layout: Layout):
         self.layout = layout
@@ -46,7 +55,7 @@ class Supervisor:
         """Start supervisord (it daemonizes) and wait until its socket answers."""
         self.layout.socket.unlink(missing_ok=True)  # a stale socket from a killed supervisord
         proc = subprocess.run(supervisord_argv(self.layout.supervisord_conf), cwd=self.layout.root,
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                              env=daemon_environment(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if proc.returncode:
             raise SupervisorError(f"supervisord failed to start: {proc.stderr.strip()[-500:]}")
         self.wait_ready(timeout)
@@ -81,6 +90,15 @@ class Supervisor:
             if fault.faultCode == Faults.BAD_NAME:
                 return None
             raise
+
+    def all_processes(self) -> list[dict]:
+        """Every program supervisord runs; nothing when supervisord is down or unreadable."""
+        if not self.is_running():
+            return []
+        try:
+            return self._rpc().getAllProcessInfo()
+        except (OSError, xmlrpc.client.Error):
+            return []
 
     def running_pid(self, name: str) -> int | None:
         info = self.info(name) if self.is_running() else None

@@ -38,12 +38,12 @@ class Box:
         self.spec_path.write_text(yaml.safe_dump(self.spec))
         return self.spec_path
 
-    def cli(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    def cli(self, *args: str, timeout: float = 180, env: dict | None = None) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "ds4_converge.cli", *args], capture_output=True, text=True,
-                              timeout=timeout, env={**os.environ, "NO_COLOR": "1"})
+                              timeout=timeout, env={**os.environ, "NO_COLOR": "1", **(env or {})})
 
-    def converge(self, *extra: str) -> tuple[int, dict]:
-        proc = self.cli(str(self.spec_path), "--json", *extra)
+    def converge(self, *extra: str, env: dict | None = None) -> tuple[int, dict]:
+        proc = self.cli(str(self.spec_path), "--json", *extra, env=env)
         try:
             document = json.loads(proc.stdout)
         except ValueError:

@@ -5,7 +5,6 @@ error finding stops the run before a single change. It never changes anything it
 """
 from __future__ import annotations
 
-import xmlrpc.client
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from .. import preflight_rules as rules
 from ..context import Context
 from ..facts import HostFacts, gather_host_facts
 from ..plan import RolePlan
+from .service import managed_pids
 
 NAME = "preflight"
 MODEL_ROLES = ("main", "mtp", "dspark")
@@ -95,17 +95,6 @@ def _known_size(files: list[ModelFileAt], role: str) -> int | None:
     return _size(f.target) or _size(f.local_source) or f.declared_size
 
 
-def our_pids(ctx: Context) -> set[int]:
-    """The engine supervisord runs for this spec, and its descendants: not a foreign port holder."""
-    from .service import _family
-
-    try:
-        pid = ctx.supervisor.running_pid(ctx.spec.server.name)
-    except (OSError, xmlrpc.client.Error):  # a supervisord in a bad state: nothing on the port is provably ours
-        pid = None
-    return _family(pid)
-
-
 def _has_releases(ctx: Context) -> bool:
     try:
         return any(p.is_dir() and not p.name.startswith(".") for p in ctx.layout.releases.iterdir())
@@ -129,7 +118,7 @@ def plan(ctx: Context) -> RolePlan:
         weights += _known_size(files, "mtp") or 0
     drafter = (_known_size(files, "dspark") or 0) if mode == "dspark" else 0
     cuda_home = paths.get("toolchain.cuda_home")
-    findings = rules.all_findings(spec, host, expand=ctx.host_path, our_pids=our_pids(ctx),
+    findings = rules.all_findings(spec, host, expand=ctx.host_path, our_pids=managed_pids(ctx),
                                   cuda_home=str(cuda_home) if cuda_home else None, disk=disk,
                                   weights_bytes=weights, drafter_bytes=drafter)
     errors = sum(f.level == "error" for f in findings)

@@ -91,27 +91,32 @@ def plan(ctx: Context) -> RolePlan:
                                   restarts=True))
         elif pid is None:
             changes.append(Change(f"start {name} (not running)", restarts=True))
+    changes += [Change(f"remove program {p.stem} (renamed to {name})", before=_read(p), restarts=True)
+                for p in stale_programs(ctx)]
     ctx.restart_needed = any(c.restarts for c in changes)
-    findings = _port_findings(ctx, pid) if ctx.restart_needed else []
+    findings = port_findings(ctx) if ctx.restart_needed else []
     reason = (f"{name} runs release {ctx.release.id} (pid {pid}), config unchanged" if not changes
               else f"{'restart' if ctx.restart_needed else 'update'} {name}")
     return RolePlan(NAME, changes, reason=reason, findings=findings)
 
 
-def _port_findings(ctx: Context, our_pid: int | None) -> list[Finding]:
-    """The engine binds only after minutes of loading: a busy port must fail now, not then."""
+def port_findings(ctx: Context) -> list[Finding]:
+    """The engine binds only after minutes of loading: a port held by anyone but us must fail now, not then."""
+    from ..facts import HostFacts
     from ..facts.port import port_holders
+    from ..preflight_rules import port_findings as rule
 
-    port = ctx.spec.server.port
-    foreign = [h for h in port_holders(port) if h.pid not in _family(our_pid)]
-    return [Finding("error", f"port {port} is held by pid {h.pid} ({h.command}), which ds4-converge does not manage",
-                    fix="stop that process or choose another server.port") for h in foreign]
+    return rule(ctx.spec, HostFacts(listeners=port_holders(ctx.spec.server.port)), managed_pids(ctx))
 
 
-def _family(pid: int | None) -> set[int]:
+def managed_pids(ctx: Context) -> set[int]:
+    """Every process our supervisord runs under this root, with descendants: never a foreign port holder."""
+    pids = {info["pid"] for info in ctx.supervisor.all_processes() if info["pid"]}
+    return set().union(*(_family(pid) for pid in pids)) if pids else set()
+
+
+def _family(pid: int) -> set[int]:
     """A process and its descendants (the env wrapper execs, but be safe with forks)."""
-    if not pid:
-        return set()
     family, frontier = {pid}, [pid]
     while frontier:
         parent = frontier.pop()
@@ -125,6 +130,11 @@ def _family(pid: int | None) -> set[int]:
     return family
 
 
+def stale_programs(ctx: Context) -> list[Path]:
+    """Program files of another server.name under this root (a rename): they would run beside ours."""
+    return sorted(p for p in ctx.layout.program_dir.glob("*.conf") if p.stem != ctx.spec.server.name)
+
+
 def apply(ctx: Context, plan: RolePlan) -> str:
     layout, name, supervisor = ctx.layout, ctx.spec.server.name, ctx.supervisor
     layout.ensure()
@@ -132,7 +142,10 @@ def apply(ctx: Context, plan: RolePlan) -> str:
     if not supervisor.is_running():
         _start_supervisord(ctx)
     if ctx.restart_needed:
-        errors = _port_findings(ctx, supervisor.running_pid(name))  # facts again: right before stopping
+        for stale in stale_programs(ctx):
+            supervisor.remove(stale.stem)
+            stale.unlink()
+        errors = port_findings(ctx)  # facts again: right before stopping
         if errors:
             raise RoleFailed(str(errors[0]))
         if supervisor.running_pid(name):

@@ -1,5 +1,6 @@
 """Converge one box for real: from scratch, no-op, changes, upgrades, check mode, locks."""
 import json
+from pathlib import Path
 import subprocess
 import sys
 import time
@@ -127,3 +128,25 @@ def test_old_releases_are_pruned_but_never_current_or_last_good(box):
         ids.append(document["release"])
     left = {p.name for p in (box.root / "releases").iterdir()}
     assert left == {ids[1], ids[2]}, "the newest and the rollback target stay; the oldest goes"
+
+
+def test_the_engine_environment_is_the_spec_not_the_callers_shell(box):
+    rc, document = box.converge(env={"HF_TOKEN": "hf_secret_do_not_leak", "CUDA_VISIBLE_DEVICES": "7"})
+    assert rc == 0, document
+    environ = (Path(f"/proc/{box.status()['pid']}/environ")).read_bytes().split(b"\0")
+    assert not any(e.startswith((b"HF_TOKEN=", b"CUDA_VISIBLE_DEVICES=")) for e in environ)
+    assert b"DS4_SIM_LOAD_SECONDS=0.3" in environ and any(e.startswith(b"DS4_LOCK_FILE=") for e in environ)
+    assert "hf_secret_do_not_leak" not in "".join(p.read_text(errors="replace") for p in box.root.rglob("*")
+                                                   if p.is_file() and p.suffix in (".conf", ".json", ".log"))
+
+
+def test_renaming_the_program_replaces_the_old_one(box):
+    assert box.converge()[0] == 0
+    old_pid = box.status()["pid"]
+    rc, document = box.converge("--set", "server.name=ds4b")
+    assert rc == 0, document
+    assert not (box.root / "supervisor/programs/ds4.conf").exists()
+    status = json.loads(box.cli("status", str(box.spec_path), "--set", "server.name=ds4b", "--json").stdout)
+    assert status["healthy"] and status["pid"] != old_pid
+    assert engine_pids(box.root) == {status["pid"]}
+    box.cli("stop", str(box.spec_path), "--set", "server.name=ds4b")
