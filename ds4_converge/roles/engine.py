@@ -36,7 +36,8 @@ def resolve(ctx: Context) -> tuple[EngineRepo, str, str]:
     try:
         commit = repo.resolve(ref)
     except RepoError as exc:
-        raise RoleFailed(str(exc)) from None
+        skipped = " (check mode does not run engine.prepare, which may create it)" if ctx.check and engine.prepare else ""
+        raise RoleFailed(f"{exc}{skipped}") from None
     if engine.commit and engine.commit != commit:
         raise RoleFailed(f"{ref} resolves to {commit}, but engine.commit pins {engine.commit}")
     return repo, ref, commit

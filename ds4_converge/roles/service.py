@@ -139,6 +139,8 @@ def apply(ctx: Context, plan: RolePlan) -> str:
     layout, name, supervisor = ctx.layout, ctx.spec.server.name, ctx.supervisor
     layout.ensure()
     write_atomic(layout.supervisord_conf, render.supervisord_conf(layout))
+    if has_systemd() and _read(unit_path(ctx)) != _unit(ctx):
+        _install_unit(ctx)
     if not supervisor.is_running():
         _start_supervisord(ctx)
     if ctx.restart_needed:
@@ -163,11 +165,16 @@ def _unit(ctx: Context) -> str:
                                stop_wait_s=ctx.spec.server.stop_wait_s)
 
 
+def _install_unit(ctx: Context) -> None:
+    """Enabled, so supervisord and the engine come back after a reboot; started by _start_supervisord."""
+    write_atomic(unit_path(ctx), _unit(ctx))
+    subprocess.run(["systemctl", "daemon-reload"], check=True)
+    subprocess.run(["systemctl", "enable", unit_path(ctx).name], check=True)
+
+
 def _start_supervisord(ctx: Context) -> None:
     if has_systemd():
-        write_atomic(unit_path(ctx), _unit(ctx))
-        subprocess.run(["systemctl", "daemon-reload"], check=True)
-        subprocess.run(["systemctl", "enable", "--now", unit_path(ctx).name], check=True)
+        subprocess.run(["systemctl", "start", unit_path(ctx).name], check=True)
         ctx.supervisor.wait_ready()
     else:
         ctx.say("no systemd on this host: starting supervisord directly (it will not come back after a reboot)")
