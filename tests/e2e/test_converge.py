@@ -7,7 +7,7 @@ import time
 
 import requests
 
-from boxes import engine_pids
+from boxes import REPO, engine_pids
 
 
 def test_converge_from_scratch_then_noop(box):
@@ -150,3 +150,27 @@ def test_renaming_the_program_replaces_the_old_one(box):
     assert status["healthy"] and status["pid"] != old_pid
     assert engine_pids(box.root) == {status["pid"]}
     box.cli("stop", str(box.spec_path), "--set", "server.name=ds4b")
+
+
+def test_the_version_is_what_the_installer_really_pins(box, tmp_path):
+    """The installer is fetched over HTTP like the real one; its DS4_REF default is the pin, whatever it says
+    in its comments or README."""
+    import http.server
+    import threading
+
+    install_sh = (REPO / "engine/sim/install.sh").read_text().replace(
+        'DS4_REF="${DS4_REF:-v0.2.0}"', '# README: v0.1.0\nDS4_REF="${DS4_REF:-v0.3.0}"')
+    (tmp_path / "install.sh").write_text(install_sh)
+    handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path))  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        del box.spec["engine"]["ref"]
+        box.spec["engine"]["installer"] = f"http://127.0.0.1:{server.server_address[1]}/install.sh"
+        box.write()
+        rc, document = box.converge()
+    finally:
+        server.shutdown()
+    assert rc == 0, document
+    engine = next(r for r in document["roles"] if r["name"] == "engine")
+    assert "(v0.3.0)" in engine["msg"], engine
