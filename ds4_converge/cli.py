@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownVariable as exc:
         err.print(f"{args.spec}: paths.root: {exc}", markup=False)
         return INVALID
-    read_only = command == "status" or getattr(args, "check", False)
+    if command in ("status", "logs"):
+        return globals()[f"_{command}"](ctx, args, out)  # read-only, and wanted most while a run goes on
+    read_only = getattr(args, "check", False)
     lock = RunLock(ctx.layout.lock_file, read_only=read_only)
     try:
         if command == "converge" and not read_only and not ctx.layout.root.exists():

@@ -51,6 +51,10 @@ def converge(ctx: Context, *, diff: bool = False) -> Outcome:
             msg = role.apply(ctx, plan)
         except (RoleFailed, Unhealthy, OSError) as exc:
             return _failed(ctx, outcome, role.NAME, exc, stopped_anything=ctx.switched, plan=plan, diff=diff)
+        except KeyboardInterrupt:
+            # Ctrl-C after the old engine was stopped must not leave the box without one
+            return _failed(ctx, outcome, role.NAME, RoleFailed("interrupted"), stopped_anything=ctx.switched,
+                           plan=plan, diff=diff)
         outcome.results.append(RoleResult(role.NAME, "changed", msg, plan.diff() if diff else "",
                                           [c.what for c in plan.changes], plan.warnings, plan.notes))
     outcome.release = ctx.desired.release if ctx.desired else (ctx.build.release_id if ctx.build else None)

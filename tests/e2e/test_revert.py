@@ -1,4 +1,6 @@
 """Upgrades to broken engines revert on their own; a failed build never touches the serving release."""
+import json
+
 import pytest
 import requests
 
@@ -104,3 +106,29 @@ def test_a_failed_build_shows_the_build_log_tail_in_json(served_box):
         box.spec["engine"]["ref"] = "v0.2.0"
         box.write()
     assert rc == 1 and "make -j2 cpu" in (document["detail"] or ""), document
+
+
+def test_ctrl_c_during_the_probe_reverts(served_box):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    box = served_box
+    before = box.status()
+    box.spec["engine"]["ref"] = "v0.3.1-hang"
+    box.write()
+    try:
+        run = subprocess.Popen([sys.executable, "-m", "ds4_converge.cli", str(box.spec_path), "--json"],
+                               stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while box.status()["release"] == before["release"] and time.monotonic() < deadline:
+            time.sleep(0.2)  # wait until the hanging release was started
+        run.send_signal(signal.SIGINT)
+        out, _ = run.communicate(timeout=60)
+    finally:
+        box.spec["engine"]["ref"] = "v0.2.0"
+        box.write()
+    document = json.loads(out)
+    assert run.returncode == 1 and document["reverted"] and "interrupted" in document["error"], document
+    assert box.status()["release"] == before["release"] and box.status()["healthy"]
