@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from .facts import HostFacts, Version
 from .hostpaths import UnknownVariable, expand as expand_path
+from .model_source import LocalSource, parse_source
 from .plan import Finding
 from .release import Toolkit
 from .spec import Spec
@@ -245,20 +246,6 @@ def _is_url(value: str) -> bool:
     return "://" in value or value.startswith("git@")
 
 
-def is_local_source(source: str) -> bool:
-    """A model source that is a path on this host (not hf://, https://, ...)."""
-    return "://" not in source
-
-
-def source_name(source: str) -> str:
-    """The file name a model source ends in: ``hf://o/r/dir/F.gguf@rev`` -> ``F.gguf``."""
-    if is_local_source(source):
-        return Path(source).name
-    path = source.split("?", 1)[0].split("#", 1)[0]
-    name = path.rstrip("/").rsplit("/", 1)[-1]
-    return name.split("@", 1)[0] if source.startswith("hf://") else name
-
-
 def spec_paths(spec: Spec) -> list[tuple[str, str]]:
     """(field, raw value) of every spec path that is expanded on the host."""
     out = [("paths.root", spec.paths.root)]
@@ -268,7 +255,7 @@ def spec_paths(spec: Spec) -> list[tuple[str, str]]:
         entry = getattr(spec.model, role)
         if entry is None:
             continue
-        if is_local_source(entry.source):
+        if isinstance(parse_source(entry.source), LocalSource):
             out.append((f"model.{role}", entry.source))
         if entry.dest:
             out.append((f"model.{role}.dest", entry.dest))

@@ -7,6 +7,7 @@ role before any engine is stopped.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,18 +33,25 @@ class Wanted:
     fetch: bool  # it comes from a source into `path` (else it is used where it is)
 
 
+def is_local(entry: ModelFile) -> bool:
+    return isinstance(parse_source(entry.source), LocalSource)
+
+
+def place(entry: ModelFile, expand: Callable[[str], Path], models_dir: Path) -> tuple[Path, bool]:
+    """(where the engine reads it, whether it is fetched there): a local source without dest is used where it
+    is; everything else lands in dest (default ROOT/models) under its own file name."""
+    if is_local(entry) and entry.dest is None:
+        return expand(entry.source), False
+    directory = expand(entry.dest) if entry.dest else models_dir
+    return directory / parse_source(entry.source).name, True
+
+
 def wanted_files(ctx: Context) -> list[Wanted]:
     found = []
     for role in ROLES:
         entry: ModelFile | None = getattr(ctx.spec.model, role)
-        if entry is None:
-            continue
-        source = parse_source(entry.source)
-        if isinstance(source, LocalSource) and entry.dest is None:
-            found.append(Wanted(role, entry, ctx.host_path(entry.source), fetch=False))
-            continue
-        directory = ctx.host_path(entry.dest) if entry.dest else ctx.layout.models
-        found.append(Wanted(role, entry, directory / source.name, fetch=True))
+        if entry is not None:
+            found.append(Wanted(role, entry, *place(entry, ctx.host_path, ctx.layout.models)))
     return found
 
 

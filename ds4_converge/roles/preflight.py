@@ -10,8 +10,10 @@ from pathlib import Path
 
 from .. import preflight_rules as rules
 from ..context import Context
+from ..hostpaths import UnknownVariable
 from ..facts import HostFacts, gather_host_facts
 from ..plan import RolePlan
+from . import models
 from .service import managed_pids
 
 NAME = "preflight"
@@ -49,20 +51,18 @@ class ModelFileAt:
 
 
 def model_files(ctx: Context, paths: dict[str, Path]) -> list[ModelFileAt]:
-    """Same placement as the models role: a local source without dest is used where it is; everything else
-    lands in model.X.dest (default ROOT/models) under its file name."""
+    """The models role's placement (models.place); a path that does not expand is None here (its own error)."""
     out = []
     for role in MODEL_ROLES:
         entry = getattr(ctx.spec.model, role)
         if entry is None:
             continue
-        local = paths.get(f"model.{role}") if rules.is_local_source(entry.source) else None
-        if rules.is_local_source(entry.source) and entry.dest is None:
-            out.append(ModelFileAt(role, local, local, False, entry.size))
-            continue
-        dest = paths.get(f"model.{role}.dest") if entry.dest else ctx.layout.models
-        target = dest / rules.source_name(entry.source) if dest is not None else None
-        out.append(ModelFileAt(role, target, local, True, entry.size))
+        try:
+            target, fetch = models.place(entry, ctx.host_path, ctx.layout.models)
+        except UnknownVariable:
+            target, fetch = None, not (models.is_local(entry) and entry.dest is None)
+        local = paths.get(f"model.{role}") if models.is_local(entry) else None
+        out.append(ModelFileAt(role, target, local, fetch, entry.size))
     return out
 
 
