@@ -1,6 +1,8 @@
 """Helpers for end-to-end tests: a simulated box (root + spec + the real CLI), free ports, engine PIDs."""
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import os
 import socket
@@ -33,6 +35,23 @@ class Box:
             "paths": {"root": str(root)},
         }
         self.write()
+
+    @contextlib.contextmanager
+    def edited(self, changes: dict):
+        """Apply {"engine.ref": "v0.3.0", ...} to the spec file for the block, then restore it (shared boxes)."""
+        saved = copy.deepcopy(self.spec)
+        for dotted, value in changes.items():
+            *parents, key = dotted.split(".")
+            node = self.spec
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[key] = value
+        self.write()
+        try:
+            yield self
+        finally:
+            self.spec = saved
+            self.write()
 
     def write(self) -> Path:
         self.spec_path.write_text(yaml.safe_dump(self.spec))

@@ -1,5 +1,9 @@
 """Upgrades to broken engines revert on their own; a failed build never touches the serving release."""
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import requests
@@ -13,16 +17,9 @@ def test_a_broken_upgrade_reverts_to_last_good(served_box, tag):
     box = served_box
     before = box.status()
     assert before["healthy"]
-    box.spec["engine"]["ref"] = tag
-    box.spec["health"]["deadline_s"] = 6
-    box.spec["health"]["soak_s"] = 5  # crash-after dies 3 s after it starts serving
-    box.write()
-    try:
+    # crash-after dies 3 s after it starts serving: the soak must outlast that
+    with box.edited({"engine.ref": tag, "health.deadline_s": 6, "health.soak_s": 5}):
         rc, document = box.converge()
-    finally:
-        box.spec["engine"]["ref"] = "v0.2.0"
-        box.spec["health"].update(deadline_s=15, soak_s=1.5)
-        box.write()
     assert rc == 1, document
     assert document["reverted"] and not document["ok"]
     assert f"reverted to {before['release']}" in document["error"]
@@ -38,14 +35,9 @@ def test_a_broken_upgrade_reverts_to_last_good(served_box, tag):
 def test_a_failed_build_leaves_the_serving_release_untouched(served_box):
     box = served_box
     before = box.status()
-    box.spec["engine"]["ref"] = "v0.3.1-build-fails"
-    box.write()
-    try:
+    with box.edited({"engine.ref": "v0.3.1-build-fails"}):
         rc, document = box.converge()
         logs = box.cli("logs", str(box.spec_path))
-    finally:
-        box.spec["engine"]["ref"] = "v0.2.0"
-        box.write()
     assert rc == 1 and not document["reverted"]
     assert "build failed" in document["error"] and "serving release is untouched" in document["error"]
     after = box.status()
@@ -67,15 +59,8 @@ def test_first_install_that_fails_is_left_stopped(box):
 def test_a_setting_the_binary_lacks_is_refused_before_anything_stops(served_box):
     box = served_box
     before = box.status()
-    box.spec["engine"]["ref"] = "v0.1.0"  # upstream flavour: no --power
-    box.spec["server"]["power"] = 90
-    box.write()
-    try:
+    with box.edited({"engine.ref": "v0.1.0", "server.power": 90}):  # upstream flavour: no --power
         rc, document = box.converge()
-    finally:
-        box.spec["engine"]["ref"] = "v0.2.0"
-        del box.spec["server"]["power"]
-        box.write()
     assert rc == 1 and not document["reverted"], document
     assert "server.power needs --power" in document["error"]
     after = box.status()
@@ -98,27 +83,15 @@ def test_never_reverts_to_the_config_that_just_failed(box):
 
 def test_a_failed_build_shows_the_build_log_tail_in_json(served_box):
     box = served_box
-    box.spec["engine"]["ref"] = "v0.3.1-build-fails"
-    box.write()
-    try:
+    with box.edited({"engine.ref": "v0.3.1-build-fails"}):
         rc, document = box.converge()
-    finally:
-        box.spec["engine"]["ref"] = "v0.2.0"
-        box.write()
     assert rc == 1 and "make -j2 cpu" in (document["detail"] or ""), document
 
 
 def test_ctrl_c_during_the_probe_reverts(served_box):
-    import signal
-    import subprocess
-    import sys
-    import time
-
     box = served_box
     before = box.status()
-    box.spec["engine"]["ref"] = "v0.3.1-hang"
-    box.write()
-    try:
+    with box.edited({"engine.ref": "v0.3.1-hang"}):
         run = subprocess.Popen([sys.executable, "-m", "ds4_converge.cli", str(box.spec_path), "--json"],
                                stdout=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30
@@ -126,9 +99,6 @@ def test_ctrl_c_during_the_probe_reverts(served_box):
             time.sleep(0.2)  # wait until the hanging release was started
         run.send_signal(signal.SIGINT)
         out, _ = run.communicate(timeout=60)
-    finally:
-        box.spec["engine"]["ref"] = "v0.2.0"
-        box.write()
     document = json.loads(out)
     assert run.returncode == 1 and document["reverted"] and "interrupted" in document["error"], document
     assert box.status()["release"] == before["release"] and box.status()["healthy"]

@@ -58,13 +58,8 @@ def test_corrupted_bytes_are_refused_and_the_old_model_keeps_serving(served_box,
     data = MODEL.read_bytes()
     url = serve_model(file_server, data, name="new-model.gguf")
     file_server.corrupt_at = len(data) // 3
-    box.spec["model"]["main"] = {"source": url, "sha256": hashlib.sha256(data).hexdigest()}
-    box.write()
-    try:
+    with box.edited({"model.main": {"source": url, "sha256": hashlib.sha256(data).hexdigest()}}):
         rc, document = box.converge()
-    finally:
-        box.spec["model"]["main"] = str(MODEL)
-        box.write()
     assert rc == 1 and "sha256" in document["error"] and "not used" in document["error"], document
     assert not (box.root / "models" / "new-model.gguf").exists()
     after = box.status()
