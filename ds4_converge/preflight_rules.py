@@ -14,7 +14,8 @@ change; a ``warning`` is printed and the run goes on; ``info`` says what was dec
 5. :func:`exposure_findings` a non-loopback host serves an API without authentication (warning)
 6. :func:`path_findings`     ``~``/``$HOME``/``${VAR}`` expand on this host for the service user; unknown -> error
 7. :func:`port_findings`     the port held by a process that is not our engine (error, PID and command)
-8. :func:`disk_findings`, :func:`memory_findings`  free disk for the build and downloads; the memory budget
+8. :func:`disk_findings`     free disk for the build and downloads (the memory budget is checked by the
+                             models role, before any build)
 
 :func:`all_findings` runs them all in that order.
 """
@@ -328,7 +329,7 @@ def port_findings(spec: Spec, facts: HostFacts, our_pids: Iterable[int] = ()) ->
     return out
 
 
-# ------------------------------------------------------------------------------------ rule 8: disk, memory
+# ------------------------------------------------------------------------------------------ rule 8: disk
 
 
 @dataclass(frozen=True)
@@ -389,32 +390,11 @@ def disk_findings(facts: HostFacts, needs: Sequence[DiskNeed]) -> list[Finding]:
     return out
 
 
-def memory_findings(spec: Spec, facts: HostFacts, *, weights_bytes: int | None,
-                    drafter_bytes: int = 0) -> list[Finding]:
-    """A model set and server.ctx that cannot fit in memory (``memory_budget.estimate``/``judge``): an error
-    before anything is built. The models role reports the full budget (fits, managed KV) once files are in place.
-
-    ``weights_bytes`` None: the main model's size is not known yet (not downloaded), nothing to judge.
-    """
-    if weights_bytes is None or facts.memory is None:
-        return []
-    try:
-        from . import memory_budget
-    except ImportError:
-        return []
-    budget = memory_budget.estimate(weights_bytes, spec.server.ctx, drafter_bytes)
-    level, message = memory_budget.judge(budget, facts.memory.total_bytes)
-    if level != "error":
-        return []
-    return [Finding("error", f"model and server.ctx {message}", fix="lower server.ctx or use a smaller model")]
-
-
 # --------------------------------------------------------------------------------------------------- all
 
 
 def all_findings(spec: Spec, facts: HostFacts, *, expand: Expander | None = None, our_pids: Iterable[int] = (),
                  cuda_home: str | None = None, disk: Sequence[DiskNeed] | None = None,
-                 weights_bytes: int | None = None, drafter_bytes: int = 0,
                  knowledge: Mapping | None = None) -> list[Finding]:
     """Every rule, in issue order.
 
@@ -422,12 +402,10 @@ def all_findings(spec: Spec, facts: HostFacts, *, expand: Expander | None = None
     + our_pids: the supervised engine and its descendants (not a foreign port holder).
     + cuda_home: ``toolchain.cuda_home`` expanded (default: as written).
     + disk: what will be written where (:func:`disk_needs`); default: a first build under ``facts.root``.
-    + weights_bytes / drafter_bytes: model file sizes for the memory budget (None: unknown, not judged).
     """
     toolkit, selection = select_toolkit(spec, facts, cuda_home=cuda_home)
     findings = [*selection, *nvcc_findings(spec, facts, toolkit), *compat_findings(spec, facts, toolkit),
                 *target_findings(spec, facts), *power_findings(spec, knowledge), *exposure_findings(spec),
                 *path_findings(spec, expand or facts_expander(facts)), *port_findings(spec, facts, our_pids),
-                *disk_findings(facts, disk if disk is not None else disk_needs(facts)),
-                *memory_findings(spec, facts, weights_bytes=weights_bytes, drafter_bytes=drafter_bytes)]
+                *disk_findings(facts, disk if disk is not None else disk_needs(facts))]
     return findings

@@ -88,13 +88,6 @@ def model_bytes_needed(files: list[ModelFileAt]) -> dict[str, int]:
     return needed
 
 
-def _known_size(files: list[ModelFileAt], role: str) -> int | None:
-    f = next((f for f in files if f.role == role), None)
-    if f is None:
-        return None
-    return _size(f.target) or _size(f.local_source) or f.declared_size
-
-
 def _has_releases(ctx: Context) -> bool:
     try:
         return any(p.is_dir() and not p.name.startswith(".") for p in ctx.layout.releases.iterdir())
@@ -112,15 +105,9 @@ def plan(ctx: Context) -> RolePlan:
         host, build_certain=not _has_releases(ctx), model_bytes_needed=model_bytes_needed(files),
         kv_dir=str(kv_dir) if kv_dir else None,
         kv_bytes=(spec.server.kv_disk_space_mb or rules.DEFAULT_KV_DISK_MB) * rules.MIB if kv_dir else 0)
-    mode = spec.server.speculative.mode
-    weights = _known_size(files, "main")
-    if weights is not None and mode == "mtp":
-        weights += _known_size(files, "mtp") or 0
-    drafter = (_known_size(files, "dspark") or 0) if mode == "dspark" else 0
     cuda_home = paths.get("toolchain.cuda_home")
     findings = rules.all_findings(spec, host, expand=ctx.host_path, our_pids=managed_pids(ctx),
-                                  cuda_home=str(cuda_home) if cuda_home else None, disk=disk,
-                                  weights_bytes=weights, drafter_bytes=drafter)
+                                  cuda_home=str(cuda_home) if cuda_home else None, disk=disk)
     errors = sum(f.level == "error" for f in findings)
     warnings = sum(f.level == "warning" for f in findings)
     gpu = f"{host.gpus[0].name} ({host.gpus[0].compute_cap})" if host.gpus else "no GPU"

@@ -301,14 +301,6 @@ def test_unmeasured_disk_is_a_warning():
     assert finding.message.startswith("free disk at /var/lib/ds4-converge is unknown")
 
 
-def test_memory_budget_error_and_ok():
-    finding = only(rules.memory_findings(spec(server={"ctx": 262144}), host(memory_gib=64),
-                                         weights_bytes=81 * GIB), "error")
-    assert finding.message.startswith("model and server.ctx does not fit: weights 81.0 GiB + KV")
-    assert rules.memory_findings(spec(server={"ctx": 262144}), host(memory_gib=119.7), weights_bytes=81 * GIB) == []
-    assert rules.memory_findings(spec(), host(memory_gib=8), weights_bytes=None) == []  # size unknown: not judged
-
-
 # --------------------------------------------------------------------------- all rules
 
 
