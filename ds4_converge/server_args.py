@@ -8,6 +8,9 @@ from .release import Release
 from .spec import Server
 
 
+SPELLINGS = {"-m": ("--model",), "-c": ("--ctx",), "-n": ("--tokens",), "-t": ("--threads",)}
+
+
 class UnsupportedSettings(Exception):
     """The spec asks for something this engine build cannot do; found before anything is stopped."""
 
@@ -24,10 +27,12 @@ def server_argv(release: Release, server: Server, models: ModelPaths, kv_disk_di
     missing: list[str] = []
 
     def add(flag: str, *values: object, setting: str) -> None:
-        if not release.supports(flag):
+        # short and long spellings are the same option; use whichever this binary's --help lists
+        spelling = next((f for f in (flag, *SPELLINGS.get(flag, ())) if release.supports(f)), None)
+        if spelling is None:
             missing.append(f"{setting} needs {flag}")
             return
-        args.extend([flag, *map(str, values)])
+        args.extend([spelling, *map(str, values)])
 
     add("-m", models.main, setting="model.main")
     add("--host", server.host, setting="server.host")

@@ -64,3 +64,28 @@ def test_release_id_separates_arch_and_toolkit():
     assert len(ids) == 4
     assert sm90.make_argv() == ["make", "-j2", "cuda", "CUDA_ARCH=sm_90", "NVCC=/usr/local/cuda-13.0/bin/nvcc",
                                 "CUDA_HOME=/usr/local/cuda-13.0"]
+
+
+def _release(flags):
+    from pathlib import Path
+
+    from ds4_converge.release import Release
+
+    return Release(id="r", path=Path("/opt/r"), commit="a" * 40, ref="v1", target="cpu", cuda_arch=None,
+                   toolkit=Toolkit(), flags=frozenset(flags))
+
+
+def test_server_argv_uses_the_spelling_the_binary_lists_and_refuses_what_it_lacks():
+    from pathlib import Path
+
+    from ds4_converge.server_args import ModelPaths, UnsupportedSettings, server_argv
+    from ds4_converge.spec import Server
+
+    upstream = _release({"--model", "--ctx", "--host", "--port", "--warm-weights"})
+    argv = server_argv(upstream, Server(ctx=4096, warm_weights=True), ModelPaths(Path("/m.gguf")), None)
+    assert argv == ["/opt/r/ds4-server", "--model", "/m.gguf", "--host", "127.0.0.1", "--port", "8000",
+                    "--ctx", "4096", "--warm-weights"]
+    with pytest.raises(UnsupportedSettings, match="server.power needs --power"):
+        server_argv(upstream, Server(power=75), ModelPaths(Path("/m.gguf")), None)
+    with pytest.raises(UnsupportedSettings, match="'--bogus' is not an option"):
+        server_argv(upstream, Server(extra_args=["--bogus"]), ModelPaths(Path("/m.gguf")), None)
