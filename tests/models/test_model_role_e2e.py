@@ -130,3 +130,28 @@ def test_remove_unused_deletes_only_files_no_release_uses(box, file_server):
     assert not stale.exists()
     assert (models / "tiny-ds4flash.gguf").exists(), "the serving model stays"
     assert box.status()["healthy"]
+
+
+def test_hf_source_through_the_cli_never_shows_the_token(box, file_server):
+    """hf:// goes to HF_ENDPOINT (a loopback Hub here) with the token from HF_TOKEN; the token reaches the Hub
+    and nothing else: not the output, the logs, the state or the rendered configs."""
+    token = "hf_loopbackSECRET123"
+    data = MODEL.read_bytes()
+    file_server.files["/acme/ds4-gguf/resolve/main/tiny-ds4flash.gguf"] = data
+    file_server.required_auth = f"Bearer {token}"
+    box.spec["model"]["main"] = {"source": "hf://acme/ds4-gguf/tiny-ds4flash.gguf",
+                                 "sha256": hashlib.sha256(data).hexdigest()}
+    box.write()
+    proc = box.cli(str(box.spec_path), "--json", env={"HF_ENDPOINT": file_server.base_url, "HF_TOKEN": token})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (box.root / "models" / "tiny-ds4flash.gguf").read_bytes() == data
+    assert file_server.requests[-1].headers.get("Authorization") == f"Bearer {token}"
+    assert token not in proc.stdout + proc.stderr
+    for path in box.root.rglob("*"):
+        if path.is_file() and path.suffix in (".conf", ".json", ".log", ".yaml"):
+            assert token not in path.read_text(errors="replace"), path
+
+    file_server.required_auth = "Bearer another"  # a wrong token: the error says so without printing it
+    (box.root / "models" / "tiny-ds4flash.gguf").unlink()
+    proc = box.cli(str(box.spec_path), "--json", env={"HF_ENDPOINT": file_server.base_url, "HF_TOKEN": token})
+    assert proc.returncode == 1 and "401" in proc.stdout and token not in proc.stdout + proc.stderr
