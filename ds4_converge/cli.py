@@ -89,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         return INVALID
     if command in ("status", "logs"):
         return globals()[f"_{command}"](ctx, args, out)  # read-only, and wanted most while a run goes on
+    if command in ("stop", "rollback") and not ctx.layout.root.exists():
+        err.print(f"{ctx.layout.root} does not exist: this spec was never converged here", markup=False)
+        return OK if command == "stop" else FAILED
     read_only = getattr(args, "check", False)
     lock = RunLock(ctx.layout.lock_file, read_only=read_only)
     try:
