@@ -21,6 +21,8 @@ def test_converge_from_scratch_then_noop(box):
     status = box.status()
     assert status["healthy"] and status["release"] == first["release"] == status["last_good"]
     pid = status["pid"]
+    assert (box.root / "run").stat().st_mode & 0o777 == 0o700, "the supervisor socket's dir is private"
+    assert (box.root / "run" / "supervisor.sock").is_socket()
 
     rc, second = box.converge()
     assert rc == 0 and second["ok"] and not second["changed"], second
