@@ -1,6 +1,7 @@
 """Run the roles in order: plan each, apply what differs, and revert to last good when a switch fails."""
 from __future__ import annotations
 
+import xmlrpc.client
 from dataclasses import dataclass, field
 
 from .context import Context
@@ -8,6 +9,7 @@ from .hostpaths import UnknownVariable
 from .plan import RoleFailed, RolePlan, RoleResult
 from .probe import Unhealthy, wait_healthy
 from .roles import engine, models, preflight, probe, service, toolchain
+from .supervisor_ctl import SupervisorError
 
 # models before engine: a wrong file or a budget that cannot fit is refused before a build starts
 ROLES = (preflight, toolchain, models, engine, service, probe)
@@ -49,7 +51,7 @@ def converge(ctx: Context, *, diff: bool = False) -> Outcome:
         ctx.before_change()
         try:
             msg = role.apply(ctx, plan)
-        except (RoleFailed, Unhealthy, OSError) as exc:
+        except (RoleFailed, Unhealthy, SupervisorError, xmlrpc.client.Error, OSError) as exc:
             return _failed(ctx, outcome, role.NAME, exc, stopped_anything=ctx.switched, plan=plan, diff=diff)
         except KeyboardInterrupt:
             # Ctrl-C after the old engine was stopped must not leave the box without one

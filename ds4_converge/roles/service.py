@@ -42,18 +42,16 @@ def desired_deployment(ctx: Context) -> Deployment:
     except render.UnsafeValue as exc:
         raise RoleFailed(f"cannot render the program config: {exc}") from None
     files = [str(p) for p in (ctx.models.main, ctx.models.mtp, ctx.models.dspark) if p]
-    conf = conf + "".join(f"; model {p}: {_identity(ctx, Path(p))}\n" for p in files)
+    conf = conf + "".join(f"; model {p}: {_identity(Path(p))}\n" for p in files)
     return Deployment(release=ctx.release.id, program_conf=conf, command=command, endpoint=ctx.endpoint,
                       model_files=files)
 
 
-def _identity(ctx: Context, path: Path) -> str:
-    """The model's content in the config, so that new bytes under the same path restart the engine."""
-    from .models import digest_cache
-
+def _identity(path: Path) -> str:
+    """The model file's identity in the config, so that new bytes under the same path restart the engine.
+    Derived from stat alone: adding a sha256 to the spec later must not look like a new model."""
     stat = path.stat()
-    digest = digest_cache(ctx).lookup(path)
-    return f"sha256 {digest}" if digest else f"size {stat.st_size} mtime_ns {stat.st_mtime_ns}"
+    return f"inode {stat.st_ino} size {stat.st_size} mtime_ns {stat.st_mtime_ns}"
 
 
 def _read(path: Path) -> str | None:
