@@ -155,3 +155,20 @@ def test_hf_source_through_the_cli_never_shows_the_token(box, file_server):
     (box.root / "models" / "tiny-ds4flash.gguf").unlink()
     proc = box.cli(str(box.spec_path), "--json", env={"HF_ENDPOINT": file_server.base_url, "HF_TOKEN": token})
     assert proc.returncode == 1 and "401" in proc.stdout and token not in proc.stdout + proc.stderr
+
+
+def test_a_model_change_restarts_through_the_probe(served_box, tmp_path):
+    box = served_box
+    before = box.status()
+    other = tmp_path / "other-quant.gguf"
+    other.write_bytes(MODEL.read_bytes())
+    with box.edited({"model.main": str(other)}):
+        rc, document = box.converge()
+        after = box.status()
+        conf = (box.root / "supervisor/programs/ds4.conf").read_text()
+        assert rc == 0, document
+        assert after["healthy"] and after["pid"] != before["pid"] and f"-m {other}" in conf
+        other.write_bytes(MODEL.read_bytes())  # new bytes under the same name: a new model, so a restart
+        rc, again = box.converge()
+        assert rc == 0 and again["changed"] and box.status()["pid"] != after["pid"], again
+    assert box.converge()[0] == 0  # back to the box's own model
