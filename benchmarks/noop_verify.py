@@ -26,9 +26,9 @@ Q2_GIB = 81
 
 import gguf  # noqa: E402
 
-from ds4_converge.digest_cache import DigestCache, verified_sha256  # noqa: E402
+from ds4_converge.models.digests import DigestCache, verified_sha256  # noqa: E402
 from ds4_converge.engine_knowledge import load as load_knowledge  # noqa: E402
-from ds4_converge.gguf_identity import identify  # noqa: E402
+from ds4_converge.models.gguf import identify  # noqa: E402
 
 
 def timed(fn, repeat: int) -> float:
@@ -107,7 +107,7 @@ def render(rows, big_bytes: int, repeat: int) -> str:
               "cost is the same for 1 MiB and for an 80 GB GGUF. Cold hashing grows linearly with size; "
               "it happens once per downloaded file (while streaming) or once after the file changed. The "
               "identity check reads only the GGUF header; gguf.GGUFReader decodes every tokenizer string, "
-              "which is why ds4_converge.gguf_identity has its own header reader.", ""]
+              "which is why ds4_converge.models.gguf has its own header reader.", ""]
     return "\n".join(lines)
 
 

@@ -24,19 +24,15 @@ Facts (module.Class -> value):
 ``timeout`` or ``unparsed``.
 """
 
-from .arch import Architecture, parse_uname_machine
-from .base import (CommandResult, Fact, FactParseError, FactRunner, Observation, Probe, ProbeStatus,
-                   Version, evaluate, gather, observe)
-from .cuda import (CudaFacts, CudaLayout, CudaLayoutProbe, CudaLink, CudaToolkit, Nvcc, NvccRelease,
-                   NvccVersion, PathNvcc, assemble_cuda, parse_cuda_layout, parse_nvcc_version)
-from .disk import DfEntry, DiskFree, DiskSpace, ExistingAncestors, assemble_disk, parse_ancestors, parse_df
-from .environ import BuildEnvironment, parse_env0
-from .gpu import DriverInfo, Gpu, NvidiaDriver, NvidiaGpus, parse_gpu_query, parse_nvidia_smi_header
-from .host import HostFacts, gather_host_facts
-from .memory import Memory, MemoryInfo, parse_meminfo
-from .port import (Listener, ProcessDetails, ProcessInfo, ProcNetListeners, SsListeners, parse_comm_cmdline,
-                   parse_ls_proc_fds, parse_proc_listeners, parse_proc_net_tcp, parse_ss_listeners,
-                   port_holders)
-from .users import CurrentUser, Passwd, PasswdEntry, parse_getent_passwd, parse_id_user
+from ds4_converge.facts.arch import Architecture, parse_uname_machine
+from ds4_converge.facts.base import (CommandResult, Fact, FactParseError, FactRunner, Observation, Probe, ProbeStatus, Version, evaluate, gather, observe)
+from ds4_converge.facts.cuda import (CudaFacts, CudaLayout, CudaLayoutProbe, CudaLink, CudaToolkit, Nvcc, NvccRelease, NvccVersion, PathNvcc, assemble_cuda, parse_cuda_layout, parse_nvcc_version)
+from ds4_converge.facts.disk import (DfEntry, DiskFree, DiskSpace, ExistingAncestors, assemble_disk, parse_ancestors, parse_df)
+from ds4_converge.facts.environ import BuildEnvironment, parse_env0
+from ds4_converge.facts.gpu import DriverInfo, Gpu, NvidiaDriver, NvidiaGpus, parse_gpu_query, parse_nvidia_smi_header
+from ds4_converge.facts.host import HostFacts, gather_host_facts
+from ds4_converge.facts.memory import Memory, MemoryInfo, parse_meminfo
+from ds4_converge.facts.port import (Listener, ProcessDetails, ProcessInfo, ProcNetListeners, SsListeners, parse_comm_cmdline, parse_ls_proc_fds, parse_proc_listeners, parse_proc_net_tcp, parse_ss_listeners, port_holders)
+from ds4_converge.facts.users import CurrentUser, Passwd, PasswdEntry, parse_getent_passwd, parse_id_user
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Fact, FactParseError
+from ds4_converge.facts.base import Fact, FactParseError
 
 
 def parse_uname_machine(stdout: str) -> str:

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from .base import Fact, FactParseError, FrozenModel, Version
+from ds4_converge.facts.base import Fact, FactParseError, FrozenModel, Version
 
 DEFAULT_CUDA_GLOBS: tuple[str, ...] = ("/usr/local/cuda*",)
 DEFAULT_CUDA_LINK = "/usr/local/cuda"

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar, Mapping, Sequence
 
-from .base import Fact, FactParseError, FrozenModel
+from ds4_converge.facts.base import Fact, FactParseError, FrozenModel
 
 _ANCESTOR_SCRIPT = r"""
 for p in "$@"; do

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Fact, FactParseError
+from ds4_converge.facts.base import Fact, FactParseError
 
 BUILD_ENV_KEYS: tuple[str, ...] = (
     "PATH", "HOME", "CUDA_HOME", "CUDA_PATH", "NVCC", "CUDA_ARCH",

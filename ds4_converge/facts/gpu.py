@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .base import Fact, FactParseError, FrozenModel, Version
+from ds4_converge.facts.base import Fact, FactParseError, FrozenModel, Version
 
 #: nvidia-smi exit status for "No devices were found".
 NVSMI_NOT_FOUND = 6

@@ -5,16 +5,15 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from .arch import Architecture
-from .base import Fact, FactRunner, FrozenModel, Observation, Probe, ProbeStatus, observe
-from .cuda import (DEFAULT_CUDA_GLOBS, DEFAULT_CUDA_LINK, CudaFacts, CudaLayoutProbe, NvccRelease,
-                   NvccVersion, assemble_cuda, nvcc_paths)
-from .disk import DiskFree, DiskSpace, ExistingAncestors, assemble_disk
-from .environ import BuildEnvironment
-from .gpu import DriverInfo, Gpu, NvidiaDriver, NvidiaGpus
-from .memory import Memory, MemoryInfo
-from .port import Listener, port_holders
-from .users import CurrentUser, Passwd, PasswdEntry
+from ds4_converge.facts.arch import Architecture
+from ds4_converge.facts.base import Fact, FactRunner, FrozenModel, Observation, Probe, ProbeStatus, observe
+from ds4_converge.facts.cuda import (DEFAULT_CUDA_GLOBS, DEFAULT_CUDA_LINK, CudaFacts, CudaLayoutProbe, NvccRelease, NvccVersion, assemble_cuda, nvcc_paths)
+from ds4_converge.facts.disk import DiskFree, DiskSpace, ExistingAncestors, assemble_disk
+from ds4_converge.facts.environ import BuildEnvironment
+from ds4_converge.facts.gpu import DriverInfo, Gpu, NvidiaDriver, NvidiaGpus
+from ds4_converge.facts.memory import Memory, MemoryInfo
+from ds4_converge.facts.port import Listener, port_holders
+from ds4_converge.facts.users import CurrentUser, Passwd, PasswdEntry
 
 
 class HostFacts(FrozenModel):

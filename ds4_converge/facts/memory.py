@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Fact, FactParseError, FrozenModel
+from ds4_converge.facts.base import Fact, FactParseError, FrozenModel
 
 _UNITS = {"kB": 1024, "": 1}
 

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from .base import Fact, FactParseError, FactRunner, FrozenModel, Observation, observe
+from ds4_converge.facts.base import Fact, FactParseError, FactRunner, FrozenModel, Observation, observe
 
 TCP_LISTEN = "0A"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .base import Fact, FactParseError, FrozenModel
+from ds4_converge.facts.base import Fact, FactParseError, FrozenModel
 
 #: ``getent`` exits 2 when the key is not found: that is a value (``None``), not a failure.
 GETENT_NOT_FOUND = 2

@@ -9,8 +9,8 @@ import os
 
 import requests
 
-from ds4_converge import cli
-from ds4_converge.roles import service
+from ds4_converge.cli import main as cli
+from ds4_converge.service import role as service
 
 FAKE_SYSTEMCTL = """#!/bin/sh
 echo "$@" >> {log}

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ds4_converge.facts import (CommandResult, FactParseError, Gpu, Version, evaluate, parse_ancestors,
-                                parse_comm_cmdline, parse_df, parse_env0, parse_getent_passwd, parse_gpu_query,
-                                parse_id_user, parse_ls_proc_fds, parse_meminfo, parse_nvcc_version,
-                                parse_nvidia_smi_header, parse_proc_listeners, parse_proc_net_tcp,
-                                parse_ss_listeners, parse_uname_machine)
+from ds4_converge.facts import (CommandResult, FactParseError, Gpu, Version, evaluate, parse_ancestors, parse_comm_cmdline, parse_df, parse_env0, parse_getent_passwd, parse_gpu_query, parse_id_user, parse_ls_proc_fds, parse_meminfo, parse_nvcc_version, parse_nvidia_smi_header, parse_proc_listeners, parse_proc_net_tcp, parse_ss_listeners, parse_uname_machine)
 from ds4_converge.facts.gpu import NvidiaGpus
 from ds4_converge.facts.users import Passwd
 

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-import ds4_converge.digest_cache as dc
-from ds4_converge.digest_cache import DigestCache, DigestMismatch, verified_sha256
+import ds4_converge.models.digests as dc
+from ds4_converge.models.digests import DigestCache, DigestMismatch, verified_sha256
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@ import gguf
 import pytest
 
 from ds4_converge.engine_knowledge import load as load_knowledge
-from ds4_converge.gguf_identity import check_model_set, identify, read_gguf_header
+from ds4_converge.models.gguf import check_model_set, identify, read_gguf_header
 
 
 @pytest.mark.parametrize("name, kind, generation, arch", [

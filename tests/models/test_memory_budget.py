@@ -1,6 +1,6 @@
 import pytest
 
-from ds4_converge.memory_budget import GIB, MIB, estimate, judge
+from ds4_converge.models.budget import GIB, MIB, estimate, judge
 
 Q2_WEIGHTS = 81 * GIB
 SPARK_RAM = 128 * 10**9  # 119.2 GiB

@@ -7,10 +7,9 @@ import pytest
 from rich.console import Console
 from rich.progress import Progress
 
-from ds4_converge.digest_cache import DigestCache
-from ds4_converge.download import (CHUNK_BYTES, ChecksumMismatch, DownloadError, InsufficientSpace, SizeMismatch, check_in_place,
-                                   fetch, partial_path, progress_display)
-from ds4_converge.model_source import HttpsSource, LocalSource
+from ds4_converge.models.digests import DigestCache
+from ds4_converge.models.download import (CHUNK_BYTES, ChecksumMismatch, DownloadError, InsufficientSpace, SizeMismatch, check_in_place, fetch, partial_path, progress_display)
+from ds4_converge.spec.sources import HttpsSource, LocalSource
 
 DATA = os.urandom(3 * 1024 * 1024 + 12345)  # several chunks, not a chunk multiple
 SHA = hashlib.sha256(DATA).hexdigest()
@@ -204,7 +203,7 @@ def test_cache_is_filled_so_the_next_check_does_not_hash(served, tmp_path, monke
     cache = DigestCache(tmp_path / "digests.json")
     dest = tmp_path / "model.gguf"
     fetch_served(served, dest, sha256=SHA, cache=cache)
-    import ds4_converge.digest_cache as dc
+    import ds4_converge.models.digests as dc
     monkeypatch.setattr(dc, "sha256_file", lambda p: pytest.fail("hashed again"))
     assert check_in_place(dest, sha256=SHA, cache=cache) == (True, "sha256 verified (cached)", SHA)
 

@@ -6,8 +6,8 @@ import os
 import pytest
 from pydantic import SecretStr
 
-from ds4_converge.download import ChecksumMismatch, DownloadError, fetch, partial_path
-from ds4_converge.model_source import parse_source
+from ds4_converge.models.download import ChecksumMismatch, DownloadError, fetch, partial_path
+from ds4_converge.spec.sources import parse_source
 
 REPO, FILE, REV = "antirez/deepseek-v4-gguf", "DeepSeek-V4-Flash-MTP-Q4K-Q8_0-F32.gguf", "main"
 RESOLVE = f"/{REPO}/resolve/{REV}/{FILE}"

@@ -1,6 +1,6 @@
 import pytest
 
-from ds4_converge.model_source import HfSource, HttpsSource, LocalSource, parse_source
+from ds4_converge.spec.sources import HfSource, HttpsSource, LocalSource, parse_source
 
 Q2 = "DeepSeek-V4-Flash-IQ2XXS-w2Q2K-AProjQ8-SExpQ8-OutQ8-chat-v2-imatrix.gguf"
 

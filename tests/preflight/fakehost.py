@@ -12,7 +12,7 @@ from ds4_converge.facts.gpu import DriverInfo, Gpu
 from ds4_converge.facts.memory import MemoryInfo
 from ds4_converge.facts.port import Listener
 from ds4_converge.facts.users import PasswdEntry
-from ds4_converge.spec import Spec
+from ds4_converge.spec.model import Spec
 from fake_tools import SMI_HEADER, write_exe
 
 GIB = 1024**3

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from ds4_converge.facts import HostFacts, Version
-from ds4_converge.host_commands import Q2_IMATRIX, starter_spec
-from ds4_converge.spec_file import load_spec
+from ds4_converge.cli.host_commands import Q2_IMATRIX, starter_spec
+from ds4_converge.spec.loader import load_spec
 from fakehost import GB10, H200, cuda, host, toolkit
 
 

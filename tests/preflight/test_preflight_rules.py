@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from ds4_converge import preflight_rules as rules
+from ds4_converge.preflight import rules
 from ds4_converge.facts import Version
 from ds4_converge.facts.base import Probe
-from ds4_converge.hostpaths import UnknownVariable
-from ds4_converge.release import Toolkit
+from ds4_converge.spec.hostpaths import UnknownVariable
+from ds4_converge.engine.release import Toolkit
 from fakehost import GB10, GIB, H200, cuda, disk, host, listener, spec, toolkit
 
 
@@ -108,7 +108,7 @@ def test_newer_toolkit_with_compat_dir_sets_ld_library_path():
         "nvcc 13.2 (/usr/local/cuda-13.2) is newer than the driver's CUDA 13.0 (driver 580.95.05): "
         "LD_LIBRARY_PATH=/usr/local/cuda-13.2/compat goes into the engine's environment "
         "(forward-compat libcuda from cuda-compat-13-2)")
-    from ds4_converge.toolkit_select import compat_env
+    from ds4_converge.toolchain.select import compat_env
     assert compat_env(TK132, facts) == {"LD_LIBRARY_PATH": "/usr/local/cuda-13.2/compat"}
 
 
@@ -127,7 +127,7 @@ def test_install_compat_turns_the_error_into_a_planned_install():
 
 
 def test_driver_as_new_as_the_toolkit_needs_nothing():
-    from ds4_converge.toolkit_select import compat_env
+    from ds4_converge.toolchain.select import compat_env
     facts = compat_host(compat=False, driver_cuda="13.2")
     assert rules.compat_findings(spec(), facts, TK132) == [] and compat_env(TK132, facts) == {}
 

@@ -1,9 +1,9 @@
 """Toolkit selection: toolchain.cuda_home, else the newest toolkit dir >= min_version; never PATH's nvcc."""
 from __future__ import annotations
 
-from ds4_converge import preflight_rules as rules
-from ds4_converge.release import Toolkit
-from ds4_converge.toolkit_select import compat_env, compat_package, select_toolkit
+from ds4_converge.preflight import rules
+from ds4_converge.engine.release import Toolkit
+from ds4_converge.toolchain.select import compat_env, compat_package, select_toolkit
 from fakehost import cuda, host, spec, toolkit
 
 TOOLKITS = cuda(toolkit("/usr/local/cuda-12.8", "12.8"), toolkit("/usr/local/cuda-13.2", "13.2", compat=True),

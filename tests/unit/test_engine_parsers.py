@@ -1,9 +1,9 @@
 """Pure parsers for engine knowledge: installer pins, ls-remote output, --help flags, release ids."""
 import pytest
 
-from ds4_converge.gitrepo import parse_ls_remote
-from ds4_converge.installer import InstallerError, parse_pin
-from ds4_converge.release import BuildRequest, Toolkit, parse_help_flags
+from ds4_converge.engine.git import parse_ls_remote
+from ds4_converge.engine.installer import InstallerError, parse_pin
+from ds4_converge.engine.release import BuildRequest, Toolkit, parse_help_flags
 
 INSTALL_SH = """#!/usr/bin/env bash
 # ds4-on-spark installer v0.2.2 (README says so; the pin below is what runs)
@@ -69,7 +69,7 @@ def test_release_id_separates_arch_and_toolkit():
 def _release(flags):
     from pathlib import Path
 
-    from ds4_converge.release import Release
+    from ds4_converge.engine.release import Release
 
     return Release(id="r", path=Path("/opt/r"), commit="a" * 40, ref="v1", target="cpu", cuda_arch=None,
                    toolkit=Toolkit(), flags=frozenset(flags))
@@ -78,8 +78,8 @@ def _release(flags):
 def test_server_argv_uses_the_spelling_the_binary_lists_and_refuses_what_it_lacks():
     from pathlib import Path
 
-    from ds4_converge.server_args import ModelPaths, UnsupportedSettings, server_argv
-    from ds4_converge.spec import Server
+    from ds4_converge.engine.server_args import ModelPaths, UnsupportedSettings, server_argv
+    from ds4_converge.spec.model import Server
 
     upstream = _release({"--model", "--ctx", "--host", "--port", "--warm-weights"})
     argv = server_argv(upstream, Server(ctx=4096, warm_weights=True), ModelPaths(Path("/m.gguf")), None)

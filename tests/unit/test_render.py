@@ -4,8 +4,8 @@ import shlex
 import pytest
 from supervisor.options import ServerOptions
 
-from ds4_converge.layout import Layout
-from ds4_converge.render import UnsafeValue, command_line, ini_value, program_conf, supervisord_conf
+from ds4_converge.core.layout import Layout
+from ds4_converge.service.render import UnsafeValue, command_line, ini_value, program_conf, supervisord_conf
 
 NASTY = ["/usr/bin/env", "A=x y;z", "B=%(here)s", "C=100%", "/opt/ds4/ds4-server", "-m", "/a b/#m ;x.gguf",
          "q'\"", "", " #x", "$(rm -rf /)", "a\tb"]

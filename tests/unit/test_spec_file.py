@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from ds4_converge.spec_file import SpecInvalid, load_spec, schema_json
+from ds4_converge.spec.loader import SpecInvalid, load_spec, schema_json
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = """\

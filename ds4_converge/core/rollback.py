@@ -1,11 +1,12 @@
 """`ds4-converge rollback SPEC`: back to last good, through the same probe as any switch."""
 from __future__ import annotations
 
-from .context import Context
-from .plan import RoleResult
-from .probe import Unhealthy, wait_healthy
-from .reconciler import Outcome
-from .roles import probe, service
+from ds4_converge.core.context import Context
+from ds4_converge.core.plan import RoleResult
+from ds4_converge.health.probe import Unhealthy, wait_healthy
+from ds4_converge.core.reconciler import Outcome
+from ds4_converge.health import role as probe
+from ds4_converge.service import role as service
 
 
 def rollback(ctx: Context) -> Outcome:

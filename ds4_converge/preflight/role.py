@@ -1,6 +1,6 @@
 """Preflight role: host traps found from facts before anything is built, stopped or started.
 
-It gathers the host facts once per run (``ctx.facts``) and applies :mod:`ds4_converge.preflight_rules`; any
+It gathers the host facts once per run (``ctx.facts``) and applies :mod:`ds4_converge.preflight.rules`; any
 error finding stops the run before a single change. It never changes anything itself.
 """
 from __future__ import annotations
@@ -8,13 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import preflight_rules as rules
-from ..context import Context
-from ..hostpaths import UnknownVariable
-from ..facts import HostFacts, gather_host_facts
-from ..plan import RolePlan
-from . import models
-from .service import managed_pids
+from ds4_converge.preflight import rules
+from ds4_converge.core.context import Context
+from ds4_converge.spec.hostpaths import UnknownVariable
+from ds4_converge.facts import HostFacts, gather_host_facts
+from ds4_converge.core.plan import RolePlan
+from ds4_converge.models import role as models
+from ds4_converge.service.role import managed_pids
 
 NAME = "preflight"
 MODEL_ROLES = ("main", "mtp", "dspark")

@@ -11,15 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import download
-from ..context import Context
-from ..digest_cache import DigestCache
-from ..gguf_identity import check_model_set, identify
-from ..memory_budget import estimate, judge
-from ..model_source import LocalSource, parse_source
-from ..plan import Change, Finding, RoleFailed, RolePlan
-from ..server_args import ModelPaths
-from ..spec import ModelFile
+from ds4_converge.models import download
+from ds4_converge.core.context import Context
+from ds4_converge.models.digests import DigestCache
+from ds4_converge.models.gguf import check_model_set, identify
+from ds4_converge.models.budget import estimate, judge
+from ds4_converge.spec.sources import LocalSource, parse_source
+from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
+from ds4_converge.engine.server_args import ModelPaths
+from ds4_converge.spec.model import ModelFile
 
 NAME = "models"
 ROLES = ("main", "mtp", "dspark")

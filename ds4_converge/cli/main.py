@@ -9,11 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-from . import report
-from .context import Context, make_context
-from .hostpaths import UnknownVariable
-from .runlock import LockHeld, RunLock
-from .spec_file import SpecInvalid, load_spec, schema_json
+from ds4_converge.cli import report
+from ds4_converge.core.context import Context, make_context
+from ds4_converge.spec.hostpaths import UnknownVariable
+from ds4_converge.core.lock import LockHeld, RunLock
+from ds4_converge.spec.loader import SpecInvalid, load_spec, schema_json
 
 OK, FAILED, INVALID, LOCKED = 0, 1, 2, 3
 COMMANDS = ("validate", "schema", "status", "stop", "logs", "rollback", "facts", "init")
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(schema_json())
         return OK
     if command in ("facts", "init"):
-        from . import host_commands
+        from ds4_converge.cli import host_commands
 
         return getattr(host_commands, command)(args, out)
     try:
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _converge(ctx: Context, args, out) -> int:
-    from .reconciler import converge
+    from ds4_converge.core.reconciler import converge
 
     ctx.check = args.check
     outcome = converge(ctx, diff=args.diff or False)
@@ -123,7 +123,7 @@ def _converge(ctx: Context, args, out) -> int:
 
 
 def _status_document(ctx: Context) -> dict:
-    from .probe import NotReady, Unhealthy, check_models
+    from ds4_converge.health.probe import NotReady, Unhealthy, check_models
 
     name, supervisor = ctx.spec.server.name, ctx.supervisor
     info = supervisor.info(name) if supervisor.is_running() else None
@@ -154,7 +154,7 @@ def _status(ctx: Context, args, out) -> int:
 
 def _stop(ctx: Context, args, out) -> int:
     """Maintenance or teardown: stop the engine, then the supervisord this tool started."""
-    from .roles.service import has_systemd, unit_path
+    from ds4_converge.service.role import has_systemd, unit_path
 
     supervisor, name = ctx.supervisor, ctx.spec.server.name
     if supervisor.is_running():
@@ -171,7 +171,7 @@ def _stop(ctx: Context, args, out) -> int:
 
 
 def _logs(ctx: Context, args, out) -> int:
-    from .shell import tail
+    from ds4_converge.core.shell import tail
 
     log = ctx.layout.engine_log(ctx.spec.server.name)
     failed_builds = sorted((p for p in ctx.layout.logs.glob("build-*.log")
@@ -204,7 +204,7 @@ def _follow(path: Path) -> None:
 
 
 def _rollback(ctx: Context, args, out) -> int:
-    from .rollback import rollback
+    from ds4_converge.core.rollback import rollback
 
     outcome = rollback(ctx)
     if args.json:
@@ -213,6 +213,3 @@ def _rollback(ctx: Context, args, out) -> int:
         report.print_outcome(outcome, out, check=False)
     return OK if outcome.ok else FAILED
 
-
-if __name__ == "__main__":
-    sys.exit(main())

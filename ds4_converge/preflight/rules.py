@@ -6,7 +6,7 @@ change; a ``warning`` is printed and the run goes on; ``info`` says what was dec
 
 1. :func:`nvcc_findings`     another nvcc first on PATH, ``/usr/local/cuda`` at an older toolkit, exported
                               ``CUDA_HOME``/``NVCC`` (warnings: the build passes both explicitly); a missing or
-                              too old toolkit (error, from :func:`~ds4_converge.toolkit_select.select_toolkit`)
+                              too old toolkit (error, from :func:`~ds4_converge.toolchain.select.select_toolkit`)
 2. :func:`compat_findings`   toolkit newer than the driver's CUDA: compat dir -> info (LD_LIBRARY_PATH set),
                               none -> error naming ``cuda-compat-X-Y`` (unless ``toolchain.install_compat``)
 3. :func:`target_findings`   make target vs the GPU (cuda-spark only on GB10 = compute capability 12.1)
@@ -26,14 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from .facts import HostFacts, Version
-from .hostpaths import UnknownVariable, expand as expand_path
-from .model_source import LocalSource, parse_source
-from .plan import Finding
-from .release import Toolkit
-from .spec import Spec
-from .toolkit_select import (chosen_toolkit, compat_dir, compat_package, find_toolkit, needs_compat,
-                             select_toolkit)
+from ds4_converge.facts import HostFacts, Version
+from ds4_converge.spec.hostpaths import UnknownVariable, expand as expand_path
+from ds4_converge.spec.sources import LocalSource, parse_source
+from ds4_converge.core.plan import Finding
+from ds4_converge.engine.release import Toolkit
+from ds4_converge.spec.model import Spec
+from ds4_converge.toolchain.select import (chosen_toolkit, compat_dir, compat_package, find_toolkit, needs_compat, select_toolkit)
 
 GIB = 1024**3
 MIB = 1024**2
@@ -211,7 +210,7 @@ def power_findings(spec: Spec, knowledge: Mapping | None = None) -> list[Finding
     if power is None or power >= 100:
         return []
     if knowledge is None:
-        from .engine_knowledge import load
+        from ds4_converge.engine_knowledge import load
 
         knowledge = load()
     cost = knowledge["power_cost"]

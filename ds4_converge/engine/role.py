@@ -4,11 +4,11 @@ from __future__ import annotations
 import os
 import subprocess
 
-from .. import release as releases
-from ..context import Context
-from ..gitrepo import EngineRepo, RepoError
-from ..installer import InstallerError, read_pin
-from ..plan import Change, RoleFailed, RolePlan
+from ds4_converge.engine import release as releases
+from ds4_converge.core.context import Context
+from ds4_converge.engine.git import EngineRepo, RepoError
+from ds4_converge.engine.installer import InstallerError, read_pin
+from ds4_converge.core.plan import Change, RoleFailed, RolePlan
 
 NAME = "engine"
 

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .layout import write_atomic
+from ds4_converge.core.layout import write_atomic
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,17 @@ from __future__ import annotations
 import xmlrpc.client
 from dataclasses import dataclass, field
 
-from .context import Context
-from .hostpaths import UnknownVariable
-from .plan import RoleFailed, RolePlan, RoleResult
-from .probe import Unhealthy, wait_healthy
-from .roles import engine, models, preflight, probe, service, toolchain
-from .supervisor_ctl import SupervisorError
+from ds4_converge.core.context import Context
+from ds4_converge.spec.hostpaths import UnknownVariable
+from ds4_converge.core.plan import RoleFailed, RolePlan, RoleResult
+from ds4_converge.health.probe import Unhealthy, wait_healthy
+from ds4_converge.engine import role as engine
+from ds4_converge.models import role as models
+from ds4_converge.preflight import role as preflight
+from ds4_converge.health import role as probe
+from ds4_converge.service import role as service
+from ds4_converge.toolchain import role as toolchain
+from ds4_converge.service.supervisor import SupervisorError
 
 # models before engine: a wrong file or a budget that cannot fit is refused before a build starts
 ROLES = (preflight, toolchain, models, engine, service, probe)

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .model_source import parse_source
+from ds4_converge.spec.sources import parse_source
 
 TARGETS = ("cuda-spark", "cuda", "cuda-generic", "cpu")
 NO_NEWLINE = re.compile(r"^[^\n\r\x00]*$")

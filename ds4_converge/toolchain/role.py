@@ -1,6 +1,6 @@
 """Toolchain role: which nvcc/CUDA_HOME builds the engine, and what the service needs to run its binary.
 
-The choice (:func:`~ds4_converge.toolkit_select.select_toolkit`) goes into ``ctx.toolkit``, which the engine role
+The choice (:func:`~ds4_converge.toolchain.select.select_toolkit`) goes into ``ctx.toolkit``, which the engine role
 passes to make as ``NVCC=… CUDA_HOME=…``; the forward-compat ``LD_LIBRARY_PATH`` goes into ``ctx.service_env``.
 The only change this role ever makes is ``apt-get install -y cuda-compat-X-Y`` when ``toolchain.install_compat``
 is on and the driver is older than the toolkit.
@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..context import Context
-from ..plan import Change, RoleFailed, RolePlan
-from ..release import Toolkit
-from ..shell import CommandFailed, run
-from ..toolkit_select import compat_env, compat_package, needs_compat, select_toolkit
-from . import preflight
+from ds4_converge.core.context import Context
+from ds4_converge.core.plan import Change, RoleFailed, RolePlan
+from ds4_converge.engine.release import Toolkit
+from ds4_converge.core.shell import CommandFailed, run
+from ds4_converge.toolchain.select import compat_env, compat_package, needs_compat, select_toolkit
+from ds4_converge.preflight import role as preflight
 
 NAME = "toolchain"
 

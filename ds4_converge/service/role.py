@@ -5,13 +5,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .. import render
-from ..context import Context
-from ..layout import write_atomic
-from ..plan import Change, Finding, RoleFailed, RolePlan
-from ..server_args import UnsupportedSettings, server_argv
-from ..state import Deployment
-from ..supervisor_ctl import supervisord_argv
+from ds4_converge.service import render
+from ds4_converge.core.context import Context
+from ds4_converge.core.layout import write_atomic
+from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
+from ds4_converge.engine.server_args import UnsupportedSettings, server_argv
+from ds4_converge.core.state import Deployment
+from ds4_converge.service.supervisor import supervisord_argv
 
 NAME = "service"
 SYSTEMD_DIR = Path("/etc/systemd/system")
@@ -100,9 +100,9 @@ def plan(ctx: Context) -> RolePlan:
 
 def port_findings(ctx: Context) -> list[Finding]:
     """The engine binds only after minutes of loading: a port held by anyone but us must fail now, not then."""
-    from ..facts import HostFacts
-    from ..facts.port import port_holders
-    from ..preflight_rules import port_findings as rule
+    from ds4_converge.facts import HostFacts
+    from ds4_converge.facts.port import port_holders
+    from ds4_converge.preflight.rules import port_findings as rule
 
     return rule(ctx.spec, HostFacts(listeners=port_holders(ctx.spec.server.port)), managed_pids(ctx))
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import posixpath
 
-from .facts import HostFacts, Version
-from .facts.cuda import CudaToolkit
-from .plan import Finding
-from .release import Toolkit
-from .spec import Spec
+from ds4_converge.facts import HostFacts, Version
+from ds4_converge.facts.cuda import CudaToolkit
+from ds4_converge.core.plan import Finding
+from ds4_converge.engine.release import Toolkit
+from ds4_converge.spec.model import Spec
 
 
 def _norm(path: str) -> str:

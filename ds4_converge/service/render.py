@@ -8,7 +8,7 @@ from importlib.resources import files
 
 import jinja2
 
-from .layout import Layout
+from ds4_converge.core.layout import Layout
 
 # configparser (as supervisor sets it up) starts an inline comment at ';' or '#' after whitespace
 INLINE_COMMENT = re.compile(r"(?<=\s)(?=[;#])")

@@ -12,7 +12,7 @@ from pathlib import Path
 from supervisor.states import ProcessStates
 from supervisor.xmlrpc import Faults, SupervisorTransport
 
-from .layout import Layout
+from ds4_converge.core.layout import Layout
 
 DEAD_STATES = {"EXITED", "FATAL", "BACKOFF", "STOPPED", "UNKNOWN"}
 

@@ -1,11 +1,11 @@
 """Probe role: a switched engine must answer, answer right, and stay up before it becomes last good."""
 from __future__ import annotations
 
-from ..context import Context
-from ..plan import Change, RoleFailed, RolePlan
-from ..probe import NotReady, ProbeTarget, Unhealthy, check_models, wait_healthy
-from ..release import prune
-from ..shell import tail
+from ds4_converge.core.context import Context
+from ds4_converge.core.plan import Change, RoleFailed, RolePlan
+from ds4_converge.health.probe import NotReady, ProbeTarget, Unhealthy, check_models, wait_healthy
+from ds4_converge.engine.release import prune
+from ds4_converge.core.shell import tail
 
 NAME = "probe"
 

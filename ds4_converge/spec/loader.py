@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .spec import FieldProblem, Spec
+from ds4_converge.spec.model import FieldProblem, Spec
 
 Loc = tuple  # a path of keys and list indexes
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .release import Release
-from .spec import Server
+from ds4_converge.engine.release import Release
+from ds4_converge.spec.model import Server
 
 
 SPELLINGS = {"-m": ("--model",), "-c": ("--ctx",), "-n": ("--tokens",), "-t": ("--threads",)}

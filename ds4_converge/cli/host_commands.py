@@ -16,9 +16,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .facts import HostFacts, gather_host_facts
-from .preflight_rules import GB10, GIB, sm_arch
-from .toolkit_select import compat_package
+from ds4_converge.facts import HostFacts, gather_host_facts
+from ds4_converge.preflight.rules import GB10, GIB, sm_arch
+from ds4_converge.toolchain.select import compat_package
 
 OK, FAILED, INVALID = 0, 1, 2
 
@@ -126,7 +126,7 @@ def _pick_ctx(memory_total: int | None) -> tuple[int, bool, str]:
     """Largest ctx whose memory budget (q2 weights + KV) fits; (ctx, fits, judgement)."""
     if memory_total is None:
         return CTX_CHOICES[-1], False, "host memory is unknown"
-    from . import memory_budget
+    from ds4_converge.models import budget as memory_budget
 
     fallback = None
     for ctx in CTX_CHOICES:
@@ -230,7 +230,7 @@ def _write_new(path: Path, text: str) -> None:
 
 
 def init(args, out: Console) -> int:
-    from .spec_file import SpecInvalid, load_spec
+    from ds4_converge.spec.loader import SpecInvalid, load_spec
 
     err = Console(file=sys.stderr, highlight=False, soft_wrap=True)
     path: Path = args.out

@@ -5,7 +5,7 @@ import re
 import tarfile
 from pathlib import Path
 
-from .shell import CommandFailed, run
+from ds4_converge.core.shell import CommandFailed, run
 
 SHA = re.compile(r"^[0-9a-f]{40}$")
 

@@ -14,9 +14,9 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .gitrepo import EngineRepo
-from .layout import Layout, write_atomic
-from .shell import CommandFailed, run, tail
+from ds4_converge.engine.git import EngineRepo
+from ds4_converge.core.layout import Layout, write_atomic
+from ds4_converge.core.shell import CommandFailed, run, tail
 
 RECORD = "ds4-converge-release.json"
 FLAG = re.compile(r"(?:(?<=\s)|(?<=,)|^)(--?[A-Za-z][A-Za-z0-9-]*)")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import requests
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
-from .spec import Smoke
+from ds4_converge.spec.model import Smoke
 
 MODEL_ID = "deepseek-v4-flash"
 

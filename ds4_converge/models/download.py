@@ -29,8 +29,8 @@ from huggingface_hub import get_token, hf_hub_url
 from huggingface_hub.utils import build_hf_headers
 from pydantic import SecretStr
 
-from ds4_converge.digest_cache import DigestCache, hash_into, verified_sha256
-from ds4_converge.model_source import HttpsSource, LocalSource, Source, parse_source
+from ds4_converge.models.digests import DigestCache, hash_into, verified_sha256
+from ds4_converge.spec.sources import HttpsSource, LocalSource, Source, parse_source
 
 CHUNK_BYTES = 256 * 1024  # also the most a cut connection can cost: a short last chunk is lost
 DEFAULT_MARGIN_BYTES = 1024**3

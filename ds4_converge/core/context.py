@@ -6,14 +6,14 @@ import pwd
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .hostpaths import expand
-from .layout import Layout
-from .release import BuildRequest, Release, Toolkit
-from .server_args import ModelPaths
-from .spec import Spec
-from .spec_file import LoadedSpec
-from .state import Deployment, State
-from .supervisor_ctl import Supervisor
+from ds4_converge.spec.hostpaths import expand
+from ds4_converge.core.layout import Layout
+from ds4_converge.engine.release import BuildRequest, Release, Toolkit
+from ds4_converge.engine.server_args import ModelPaths
+from ds4_converge.spec.model import Spec
+from ds4_converge.spec.loader import LoadedSpec
+from ds4_converge.core.state import Deployment, State
+from ds4_converge.service.supervisor import Supervisor
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""The command line: argument parsing, output for people and programs. Nothing in the package imports it."""
