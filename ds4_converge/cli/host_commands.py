@@ -17,7 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ds4_converge.facts import HostFacts, gather_host_facts
-from ds4_converge.preflight.rules import GB10, GIB, sm_arch
+from ds4_converge.preflight.rules import GB10, sm_arch
+from ds4_converge.units import GIB, gib
 from ds4_converge.toolchain.select import compat_package
 
 OK, FAILED, INVALID = 0, 1, 2
@@ -44,7 +45,7 @@ def facts(args, out: Console) -> int:
 
 
 def _gib(n: int | None) -> str:
-    return "unknown" if n is None else f"{n / GIB:.1f} GiB"
+    return "unknown" if n is None else gib(n)
 
 
 def facts_table(host: HostFacts) -> Table:

@@ -154,15 +154,16 @@ def _status(ctx: Context, args, out) -> int:
 
 def _stop(ctx: Context, args, out) -> int:
     """Maintenance or teardown: stop the engine, then the supervisord this tool started."""
-    from ds4_converge.service.role import has_systemd, unit_path
+    from ds4_converge.service.systemd import has_systemd, unit_path
 
     supervisor, name = ctx.supervisor, ctx.spec.server.name
     if supervisor.is_running():
         supervisor.stop(name, grace=ctx.spec.server.stop_wait_s)
-        if has_systemd() and unit_path(ctx).exists():
+        unit = unit_path(name)
+        if has_systemd() and unit.exists():
             import subprocess
 
-            subprocess.run(["systemctl", "disable", "--now", unit_path(ctx).name], check=False)
+            subprocess.run(["systemctl", "disable", "--now", unit.name], check=False)
         supervisor.shutdown()
         out.print(f"stopped {name} and its supervisord ({ctx.layout.root})", markup=False)
     else:

@@ -4,36 +4,45 @@ from __future__ import annotations
 import os
 import pwd
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
-from ds4_converge.spec.hostpaths import expand
 from ds4_converge.core.layout import Layout
-from ds4_converge.engine.release import BuildRequest, Release, Toolkit
-from ds4_converge.engine.server_args import ModelPaths
-from ds4_converge.spec.model import Spec
-from ds4_converge.spec.loader import LoadedSpec
 from ds4_converge.core.state import Deployment, State
-from ds4_converge.service.supervisor import Supervisor
+from ds4_converge.engine.release import BuildRequest, Release, Toolkit
+from ds4_converge.spec.hostpaths import expand
+from ds4_converge.spec.loader import LoadedSpec
+from ds4_converge.spec.model import Spec
+
+if TYPE_CHECKING:
+    from ds4_converge.engine.git import EngineRepo
+    from ds4_converge.engine.pins import PinCache
+    from ds4_converge.engine.server_args import ModelPaths
+    from ds4_converge.facts import HostFacts
+    from ds4_converge.models.digests import DigestCache
+    from ds4_converge.service.supervisor import Supervisor
 
 
 @dataclass
 class Context:
     loaded: LoadedSpec
     layout: Layout
-    facts: object | None = None  # facts.HostFacts, gathered once per run
+    facts: HostFacts | None = None  # gathered once per run by the reconciler, before the first role
     check: bool = False  # plan only: nothing on the host may change
-    before_change: callable = lambda: None  # called before a role applies anything (takes a deferred lock)
-    say: callable = print  # progress lines for people (silent in --json mode)
+    before_change: Callable[[], object] = lambda: None  # called before a role applies anything (takes a deferred lock)
+    say: Callable[[str], object] = print  # progress lines for people (silent in --json mode)
     progress: bool = False  # draw progress bars (a TTY, not --json)
     # decided by the roles, in order
     toolkit: Toolkit = field(default_factory=Toolkit)
     service_env: dict[str, str] = field(default_factory=dict)
     build: BuildRequest | None = None
-    engine_repo: object | None = None
+    engine_repo: EngineRepo | None = None
     release: Release | None = None
     models: ModelPaths | None = None
     desired: Deployment | None = None
     restart_needed: bool = False
+    prepared: bool = False  # engine.prepare ran in this run
     switched: bool = False  # the old engine was stopped: a failure from here on needs a revert
     state: State = field(default_factory=State)
 
@@ -41,10 +50,35 @@ class Context:
     def spec(self) -> Spec:
         return self.loaded.spec
 
-    @property
+    @cached_property
     def supervisor(self) -> Supervisor:
+        from ds4_converge.service.supervisor import Supervisor
+
         return Supervisor(self.layout)
 
+    @cached_property
+    def digests(self) -> DigestCache:
+        """Verified sha256 digests by file identity. Planning may learn digests; they are written only by
+        :meth:`remember_learned`, after the plans, outside --check."""
+        from ds4_converge.models.digests import DigestCache
+
+        return DigestCache(self.layout.cache / "digests.json", deferred=True)
+
+    @cached_property
+    def pins(self) -> PinCache:
+        """Which commit each engine tag resolved to here: a no-op run needs no git for a tag it knows."""
+        from ds4_converge.engine.pins import PinCache
+
+        return PinCache(self.layout.cache / "pins.json")
+
+    def remember_learned(self) -> None:
+        """Write what planning learned (digests, tag commits): caches, never a change of what serves. Only
+        outside --check, and only into a root that exists (a run refused before any change leaves no trace)."""
+        if self.check or not self.layout.root.exists():
+            return
+        for cache in ("digests", "pins"):
+            if cache in self.__dict__:  # opened during this run
+                self.__dict__[cache].flush()
 
     def host_path(self, raw: str) -> Path:
         """Expand a spec path on this host for the service user (never the caller's own HOME)."""

@@ -5,8 +5,10 @@ import fcntl
 import os
 from pathlib import Path
 
+from ds4_converge.errors import Ds4Error
 
-class LockHeld(Exception):
+
+class LockHeld(Ds4Error):
     def __init__(self, path: Path, holder: str):
         super().__init__(f"another ds4-converge run holds {path} (pid {holder or 'unknown'})")
 

@@ -1,9 +1,21 @@
-"""What a role would change, and what it did. `changed` is derived from the plan, never set by hand."""
+"""What a role would change, and what it did. `changed` is derived from the plan, never set by hand.
+
+The contract between plan and apply: a role's `plan(ctx)` only reads (the spec, the facts, files, supervisord,
+git refs) and returns its changes; each Change carries its `action`, bound at plan time to everything the plan
+decided (the rendered text, the file to remove, the build request). Applying a role is running exactly those
+actions, in order (:func:`apply`): nothing is rendered, stat'ed or decided again on the way.
+"""
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+from ds4_converge.errors import Ds4Error
+
+if TYPE_CHECKING:
+    from ds4_converge.core.context import Context
 
 Status = Literal["ok", "changed", "failed", "skipped"]
 
@@ -16,6 +28,17 @@ class Change:
     before: str | None = None
     after: str | None = None
     restarts: bool = False  # applying it means the engine is restarted
+    # False for a refresh a run must do before it can tell what to change (engine.prepare): applied like any
+    # change, but it alone does not make the role "changed"
+    counts: bool = True
+    # what applying it does, with everything the plan decided bound in; returns a few words for the report.
+    # None only for a change that --check shows but a real run never plans (e.g. before a build exists).
+    action: Callable[[Context], str | None] | None = field(default=None, compare=False, repr=False)
+
+    def apply(self, ctx: Context) -> str:
+        if self.action is None:
+            raise RoleFailed(f"{self.what}: this change was planned for display only and cannot be applied")
+        return self.action(ctx) or ""
 
     def unified_diff(self) -> str:
         if self.before is None and self.after is None:
@@ -44,10 +67,13 @@ class RolePlan:
     changes: list[Change] = field(default_factory=list)
     reason: str = ""  # one line: why nothing is needed, or a summary of what will happen
     findings: list[Finding] = field(default_factory=list)
+    # plan this role again once these changes are applied: they change what the plan reads (engine.prepare
+    # refreshes the engine source that the version is resolved from)
+    replan: bool = False
 
     @property
     def changed(self) -> bool:
-        return bool(self.changes)
+        return any(c.counts for c in self.changes)
 
     @property
     def errors(self) -> list[Finding]:
@@ -87,9 +113,10 @@ class RoleResult:
                 "diff": self.diff, "changes": self.changes, "warnings": self.warnings, "notes": self.notes}
 
 
-class RoleFailed(Exception):
-    """A role could not reach its goal; the message is for people, `detail` is e.g. a log tail."""
+def apply(ctx: Context, plan: RolePlan) -> str:
+    """Apply exactly the plan: each change's action, in the plan's order, and nothing else."""
+    return "; ".join(filter(None, (change.apply(ctx) for change in plan.changes)))
 
-    def __init__(self, message: str, detail: str = ""):
-        super().__init__(message)
-        self.detail = detail
+
+class RoleFailed(Ds4Error):
+    """A role could not reach its goal; the message is for people, `detail` is e.g. a log tail."""

@@ -1,23 +1,31 @@
-"""Run the roles in order: plan each, apply what differs, and revert to last good when a switch fails."""
+"""Run the roles in order: plan each, apply exactly what it planned, and revert to last good when a switch fails.
+
+Host facts are gathered once, before the first role. A role is a module with ``NAME`` and a pure
+``plan(ctx) -> RolePlan``; applying a plan is running its changes' actions (:func:`~ds4_converge.core.plan.apply`).
+"""
 from __future__ import annotations
 
 import xmlrpc.client
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ds4_converge.core import plan as plans
 from ds4_converge.core.context import Context
-from ds4_converge.spec.hostpaths import UnknownVariable
 from ds4_converge.core.plan import RoleFailed, RolePlan, RoleResult
-from ds4_converge.health.probe import Unhealthy, wait_healthy
 from ds4_converge.engine import role as engine
-from ds4_converge.models import role as models
-from ds4_converge.preflight import role as preflight
+from ds4_converge.errors import Ds4Error
 from ds4_converge.health import role as probe
+from ds4_converge.models import role as models
+from ds4_converge.models.placement import placements
+from ds4_converge.preflight import role as preflight
+from ds4_converge.preflight.scope import fact_request
 from ds4_converge.service import role as service
 from ds4_converge.toolchain import role as toolchain
-from ds4_converge.service.supervisor import SupervisorError
 
 # models before engine: a wrong file or a budget that cannot fit is refused before a build starts
 ROLES = (preflight, toolchain, models, engine, service, probe)
+# what a failing plan or apply may raise: our own errors, and what talking to the host raises on its own
+APPLY_ERRORS = (Ds4Error, xmlrpc.client.Error, OSError)
 
 
 @dataclass
@@ -40,54 +48,91 @@ class Outcome:
                 "roles": [r.to_json() for r in self.results]}
 
 
-def converge(ctx: Context, *, diff: bool = False) -> Outcome:
+def gather_facts(ctx: Context):
+    """The host facts every role reads, gathered once per run (read-only commands: safe in check mode)."""
+    from ds4_converge.facts import gather_host_facts
+
+    files = placements(ctx.spec.model, ctx.host_path, ctx.layout.models)
+    return gather_host_facts(**fact_request(ctx.spec, ctx.host_path, ctx.layout, files))
+
+
+def converge(ctx: Context, *, diff: bool = False, roles: Sequence = ROLES,
+             revert: Callable[[Context, Outcome], None] | None = None) -> Outcome:
+    """`roles` and `revert` are seams for tests (fake roles); a run uses the real ones."""
+    revert = revert or revert_to_last_good
+    if ctx.facts is None:
+        ctx.facts = gather_facts(ctx)
+    try:
+        outcome = _run(ctx, roles, revert, diff)
+    finally:
+        ctx.remember_learned()
+    return outcome
+
+
+def _run(ctx: Context, roles: Sequence, revert, diff: bool) -> Outcome:
     outcome = Outcome(ok=True)
-    for role in ROLES:
-        try:
-            plan = role.plan(ctx)
-        except (RoleFailed, UnknownVariable) as exc:
-            return _failed(ctx, outcome, role.NAME, exc, stopped_anything=False)
-        if plan.errors:
-            message = "; ".join(str(f) for f in plan.errors)
-            return _failed(ctx, outcome, role.NAME, RoleFailed(message), stopped_anything=False, plan=plan)
-        if ctx.check or not plan.changed:
-            outcome.results.append(_planned(plan, diff, ctx.check))
-            continue
-        ctx.before_change()
-        try:
-            msg = role.apply(ctx, plan)
-        except (RoleFailed, Unhealthy, SupervisorError, xmlrpc.client.Error, OSError) as exc:
-            return _failed(ctx, outcome, role.NAME, exc, stopped_anything=ctx.switched, plan=plan, diff=diff)
-        except KeyboardInterrupt:
-            # Ctrl-C after the old engine was stopped must not leave the box without one
-            return _failed(ctx, outcome, role.NAME, RoleFailed("interrupted"), stopped_anything=ctx.switched,
-                           plan=plan, diff=diff)
-        outcome.results.append(RoleResult(role.NAME, "changed", msg, plan.diff() if diff else "",
-                                          [c.what for c in plan.changes], plan.warnings, plan.notes))
+    for role in roles:
+        changes, messages, plan = [], [], None
+        while True:
+            try:
+                plan = role.plan(ctx)
+            except APPLY_ERRORS as exc:
+                return _failed(ctx, outcome, roles, revert, role.NAME, exc, plan=None, diff=diff, done=changes)
+            if plan.errors:
+                message = "; ".join(str(f) for f in plan.errors)
+                return _failed(ctx, outcome, roles, revert, role.NAME, RoleFailed(message), plan=plan, diff=diff,
+                               done=changes)
+            if ctx.check or not plan.changes:
+                break
+            ctx.before_change()
+            try:
+                messages.append(plans.apply(ctx, plan))
+            except APPLY_ERRORS as exc:
+                return _failed(ctx, outcome, roles, revert, role.NAME, exc, plan=plan, diff=diff, done=changes)
+            except KeyboardInterrupt:
+                # Ctrl-C after the old engine was stopped must not leave the box without one
+                return _failed(ctx, outcome, roles, revert, role.NAME, RoleFailed("interrupted"), plan=plan,
+                               diff=diff, done=changes)
+            changes += plan.changes
+            if not plan.replan:
+                break
+        outcome.results.append(_result(plan, diff, ctx.check, changes, messages))
     outcome.release = ctx.desired.release if ctx.desired else (ctx.build.release_id if ctx.build else None)
     outcome.endpoint = ctx.endpoint
     return outcome
 
 
-def _planned(plan: RolePlan, diff: bool, check: bool) -> RoleResult:
+def _result(plan: RolePlan, diff: bool, check: bool, applied: list, messages: list[str]) -> RoleResult:
+    """An applied role reports what it did (a replanned role: every part); otherwise its plan (or --check's)."""
+    if applied:
+        # a replanned role whose last plan was empty ends with its reason ("release … is built")
+        msg = "; ".join(m for m in [*messages, "" if plan.changes else plan.reason] if m)
+        status = "changed" if any(c.counts for c in applied) else "ok"
+        return RoleResult(plan.role, status, msg, _diff(applied) if diff else "", [c.what for c in applied],
+                          plan.warnings, plan.notes)
     status = "changed" if plan.changed else "ok"
     msg = plan.reason if not check or not plan.changed else f"would {plan.reason}"
     return RoleResult(plan.role, status, msg, plan.diff() if diff else "", [c.what for c in plan.changes],
                       plan.warnings, plan.notes)
 
 
-def _failed(ctx: Context, outcome: Outcome, role: str, exc: Exception, *, stopped_anything: bool,
-            plan: RolePlan | None = None, diff: bool = False) -> Outcome:
+def _diff(changes: list) -> str:
+    return "".join(c.unified_diff() for c in changes)
+
+
+def _failed(ctx: Context, outcome: Outcome, roles: Sequence, revert, role: str, exc: BaseException, *,
+            plan: RolePlan | None, diff: bool, done: list) -> Outcome:
     outcome.ok = False
     outcome.error = f"{role}: {exc}"
     outcome.detail = getattr(exc, "detail", "")
-    outcome.results.append(RoleResult(role, "failed", str(exc), plan.diff() if plan and diff else "",
-                                      [c.what for c in plan.changes] if plan else [],
+    changes = done + (list(plan.changes) if plan else [])
+    outcome.results.append(RoleResult(role, "failed", str(exc), _diff(changes) if diff else "",
+                                      [c.what for c in changes],
                                       plan.warnings if plan else [], plan.notes if plan else []))
-    done = {r.name for r in outcome.results}
-    outcome.results += [RoleResult(r.NAME, "skipped", f"not run: {role} failed") for r in ROLES
-                        if r.NAME not in done]
-    if stopped_anything and not ctx.check:
+    finished = {r.name for r in outcome.results}
+    outcome.results += [RoleResult(r.NAME, "skipped", f"not run: {role} failed") for r in roles
+                        if r.NAME not in finished]
+    if ctx.switched and not ctx.check:
         revert(ctx, outcome)
     current = ctx.state.current
     outcome.release = current.release if current else None
@@ -95,27 +140,31 @@ def _failed(ctx: Context, outcome: Outcome, role: str, exc: Exception, *, stoppe
     return outcome
 
 
-def revert(ctx: Context, outcome: Outcome) -> None:
+def revert_to_last_good(ctx: Context, outcome: Outcome) -> None:
     """Put last good back exactly as it ran (stored config, no re-render), and prove it is healthy again."""
+    from ds4_converge.health.probe import Unhealthy, wait_healthy
+
     name, last_good, failed = ctx.spec.server.name, ctx.state.last_good, ctx.desired
     supervisor = ctx.supervisor
-    if last_good is None:
-        if supervisor.is_running():
-            supervisor.stop(name, grace=ctx.spec.server.stop_wait_s)
-        ctx.state.current = None
-        ctx.state.save(ctx.layout.state_file)
-        outcome.error += "; no last good release to revert to (first install): the engine is left stopped"
-        return
-    if failed is not None and failed.same_config(last_good):
-        outcome.error += f"; last good ({last_good.release}) is this same config, so there is nothing to revert to"
-        return
-    ctx.say(f"reverting to last good release {last_good.release}")
-    service.switch_to(ctx, last_good)
     try:
+        if last_good is None:
+            if supervisor.is_running():
+                supervisor.stop(name, grace=ctx.spec.server.stop_wait_s)
+            ctx.state.current = None
+            ctx.state.save(ctx.layout.state_file)
+            outcome.error += "; no last good release to revert to (first install): the engine is left stopped"
+            return
+        if failed is not None and failed.same_config(last_good):
+            outcome.error += (f"; last good ({last_good.release}) is this same config, so there is nothing to "
+                              f"revert to")
+            return
+        ctx.say(f"reverting to last good release {last_good.release}")
+        service.switch_to(ctx, last_good)
         # last good passed its soak already: prove it answers, don't make the outage longer
         wait_healthy(probe.target(ctx), probe.process_state(ctx), soak=False)
-    except Unhealthy as exc:
-        outcome.error += f"; revert to {last_good.release} failed too: {exc}"
+    except (*APPLY_ERRORS, Unhealthy) as exc:
+        target = last_good.release if last_good else "a stopped engine"
+        outcome.error += f"; revert to {target} failed too: {exc}"
         return
     outcome.reverted = True
     outcome.error += f"; reverted to {last_good.release}"

@@ -6,10 +6,12 @@ import subprocess
 from collections import deque
 from pathlib import Path
 
+from ds4_converge.errors import Ds4Error
 
-class CommandFailed(Exception):
+
+class CommandFailed(Ds4Error):
     def __init__(self, argv: list[str], returncode: int, tail: str):
-        super().__init__(f"{' '.join(argv[:3])}… exited {returncode}")
+        super().__init__(f"{' '.join(argv[:3])}… exited {returncode}", tail)
         self.argv, self.returncode, self.tail = argv, returncode, tail
 
 

@@ -6,24 +6,32 @@ import tarfile
 from pathlib import Path
 
 from ds4_converge.core.shell import CommandFailed, run
+from ds4_converge.errors import Ds4Error
 
 SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
-class RepoError(Exception):
+class RepoError(Ds4Error):
     pass
 
 
 def parse_ls_remote(output: str, ref: str) -> str | None:
     """Pick the commit for `ref`: a peeled annotated tag first, then the tag, then the branch."""
+    found = parse_ls_remote_kind(output, ref)
+    return found[0] if found else None
+
+
+def parse_ls_remote_kind(output: str, ref: str) -> tuple[str, str] | None:
+    """(commit, "tag" | "branch" | "other") for `ref`, with the same precedence as parse_ls_remote."""
     refs = {}
     for line in output.splitlines():
         sha, _, name = line.partition("\t")
         if SHA.match(sha):
             refs[name.strip()] = sha
-    for name in (f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}", f"refs/heads/{ref}", ref):
+    for name, kind in ((f"refs/tags/{ref}^{{}}", "tag"), (f"refs/tags/{ref}", "tag"), (f"refs/heads/{ref}", "branch"),
+                       (ref, "other")):
         if name in refs:
-            return refs[name]
+            return refs[name], kind
     return None
 
 
@@ -35,14 +43,20 @@ class EngineRepo:
 
     def resolve(self, ref: str) -> str:
         """Commit for ref without changing anything: ls-remote, or the cache when the remote is unreachable."""
+        return self.resolve_kind(ref)[0]
+
+    def resolve_kind(self, ref: str) -> tuple[str, str]:
+        """(commit, what ref named: "commit", "tag", "branch", "other", or "cached" when the remote was
+        unreachable and the local cache answered)."""
         if SHA.match(ref):
-            return ref
+            return ref, "commit"
         try:
-            found = parse_ls_remote(run(["git", "ls-remote", self.url, ref, f"{ref}^{{}}"], timeout=120), ref)
+            found = parse_ls_remote_kind(run(["git", "ls-remote", self.url, ref, f"{ref}^{{}}"], timeout=120), ref)
         except CommandFailed as exc:
-            found = self._cached(ref)
-            if found is None:
+            cached = self._cached(ref)
+            if cached is None:
                 raise RepoError(f"{self.url}: cannot list refs: {exc.tail.strip()[-300:]}") from None
+            found = cached, "cached"
         if found is None:
             raise RepoError(f"{self.url}: no tag or branch named {ref!r}")
         return found

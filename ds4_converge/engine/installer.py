@@ -8,12 +8,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import requests
+from ds4_converge.errors import Ds4Error
 
 PIN = r'^\s*(?:export\s+)?{name}=["\']?\$\{{{name}:-(?P<value>[^}}]+)\}}["\']?\s*(?:#.*)?$'
 
 
-class InstallerError(Exception):
+class InstallerError(Ds4Error):
     pass
 
 
@@ -35,6 +35,8 @@ def parse_pin(text: str, origin: str) -> Pin:
 
 def read_pin(installer: str, base_dir: Path, timeout: float = 20) -> Pin:
     if installer.startswith(("https://", "http://")):
+        import requests  # only for an installer given by URL: not on the path of a local one
+
         try:
             response = requests.get(installer, timeout=timeout)
             response.raise_for_status()

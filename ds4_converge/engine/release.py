@@ -17,6 +17,7 @@ from pathlib import Path
 from ds4_converge.engine.git import EngineRepo
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.shell import CommandFailed, run, tail
+from ds4_converge.errors import Ds4Error
 
 RECORD = "ds4-converge-release.json"
 FLAG = re.compile(r"(?:(?<=\s)|(?<=,)|^)(--?[A-Za-z][A-Za-z0-9-]*)")
@@ -81,11 +82,11 @@ class Release:
         return flag in self.flags
 
 
-class BuildFailed(Exception):
+class BuildFailed(Ds4Error):
     def __init__(self, message: str, log: Path):
-        super().__init__(message)
         self.log = log
         self.tail = tail(log)
+        super().__init__(message, self.tail)
 
 
 def parse_help_flags(text: str) -> frozenset[str]:

@@ -1,14 +1,21 @@
-"""Engine role: resolve the pinned version to a commit and build it into its own release tree."""
+"""Engine role: resolve the pinned version to a commit and build it into its own release tree.
+
+Planning reads the pin (``engine.ref``, or the installer's defaults) on every run, then needs git only when this
+root cannot answer by itself: a commit pin, or a tag it resolved before, whose release is built, is known
+without git (see :mod:`ds4_converge.engine.pins`). When git is needed and ``engine.prepare`` is set, the plan is
+only "run engine.prepare", applied after the run lock, and the role is planned again on the refreshed source.
+"""
 from __future__ import annotations
 
 import os
 import subprocess
+from functools import partial
 
-from ds4_converge.engine import release as releases
 from ds4_converge.core.context import Context
-from ds4_converge.engine.git import EngineRepo, RepoError
-from ds4_converge.engine.installer import InstallerError, read_pin
 from ds4_converge.core.plan import Change, RoleFailed, RolePlan
+from ds4_converge.engine import release as releases
+from ds4_converge.engine.git import SHA, EngineRepo, RepoError
+from ds4_converge.engine.installer import InstallerError, read_pin
 
 NAME = "engine"
 
@@ -20,54 +27,100 @@ def _repo_url(ctx: Context, pinned_repo: str | None) -> str:
     return str(ctx.host_path(url))  # a local path, relative to the spec file
 
 
-def resolve(ctx: Context) -> tuple[EngineRepo, str, str]:
-    """(repo, ref, commit): the version the spec pins, as the installer that runs would pin it."""
+def pin(ctx: Context) -> tuple[str, str]:
+    """(repository URL, ref): the version the spec pins, as the installer that runs would pin it."""
     engine = ctx.spec.engine
-    if engine.prepare and not ctx.check:
-        _prepare(ctx)
     pinned_repo, ref = None, engine.ref
     if engine.installer:
         try:
-            pin = read_pin(engine.installer, ctx.loaded.base_dir)
+            found = read_pin(engine.installer, ctx.loaded.base_dir)
         except InstallerError as exc:
             raise RoleFailed(str(exc)) from None
-        pinned_repo, ref = pin.repo, pin.ref
-    repo = EngineRepo(_repo_url(ctx, pinned_repo), ctx.layout.engine_cache)
+        pinned_repo, ref = found.repo, found.ref
+    return _repo_url(ctx, pinned_repo), ref
+
+
+def _known_commit(ctx: Context, url: str, ref: str) -> str | None:
+    if SHA.match(ref):
+        return ref
+    return ctx.pins.commit(url, ref)
+
+
+def _resolve(ctx: Context, repo: EngineRepo, ref: str) -> str:
     try:
-        commit = repo.resolve(ref)
+        commit, kind = repo.resolve_kind(ref)
     except RepoError as exc:
-        skipped = " (check mode does not run engine.prepare, which may create it)" if ctx.check and engine.prepare else ""
+        skipped = (" (check mode does not run engine.prepare, which may create it)"
+                   if ctx.check and ctx.spec.engine.prepare else "")
         raise RoleFailed(f"{exc}{skipped}") from None
-    if engine.commit and engine.commit != commit:
-        raise RoleFailed(f"{ref} resolves to {commit}, but engine.commit pins {engine.commit}")
-    return repo, ref, commit
-
-
-def _prepare(ctx: Context) -> None:
-    proc = subprocess.run(ctx.spec.engine.prepare, cwd=ctx.loaded.base_dir, capture_output=True, text=True)
-    if proc.returncode:
-        raise RoleFailed(f"engine.prepare exited {proc.returncode}", proc.stderr[-2000:])
+    if kind == "tag":
+        ctx.pins.learn(repo.url, ref, commit)
+    return commit
 
 
 def plan(ctx: Context) -> RolePlan:
     engine = ctx.spec.engine
-    repo, ref, commit = resolve(ctx)
-    ctx.build = releases.BuildRequest(commit=commit, ref=ref, target=engine.target, cuda_arch=engine.cuda_arch,
-                                      toolkit=ctx.toolkit, jobs=engine.jobs or os.cpu_count() or 1)
+    url, ref = pin(ctx)
+    repo = EngineRepo(url, ctx.layout.engine_cache)
     ctx.engine_repo = repo
-    ctx.release = releases.load(ctx.layout, ctx.build.release_id)
+    commit = _known_commit(ctx, url, ref)
+    if commit is not None:
+        release = releases.load(ctx.layout, _request(ctx, commit, ref).release_id)
+        if release is not None and (not engine.commit or engine.commit == commit):
+            return _built(ctx, release, ref)
+    changes: list[Change] = []
+    # from here git is asked (to resolve the ref, or to fetch the commit to build): refresh its source first
+    if engine.prepare and not ctx.prepared:
+        prepare = Change(f"run engine.prepare: {' '.join(engine.prepare)}", counts=False, action=_prepare)
+        if not ctx.check:
+            return RolePlan(NAME, [prepare], reason=f"refresh the engine source, then resolve {ref}", replan=True)
+        changes.append(prepare)  # --check shows it, and resolves from the source as it is now
+    if commit is None:
+        commit = _resolve(ctx, repo, ref)
+    if engine.commit and engine.commit != commit:
+        raise RoleFailed(f"{ref} resolves to {commit}, but engine.commit pins {engine.commit}")
+    request = _request(ctx, commit, ref)
+    ctx.build = request
+    ctx.release = releases.load(ctx.layout, request.release_id)
     if ctx.release:
-        return RolePlan(NAME, reason=f"release {ctx.release.id} ({ref}) is built")
-    command = " ".join(ctx.build.make_argv())
-    return RolePlan(NAME, [Change(f"build release {ctx.build.release_id}", before=None,
-                                  after=f"{ref} = {commit}\n{command}\n")],
-                    reason=f"build {ref} ({commit[:12]}) with make {engine.target}")
+        return RolePlan(NAME, changes, reason=f"release {ctx.release.id} ({ref}) is built")
+    command = " ".join(request.make_argv())
+    changes.append(Change(f"build release {request.release_id}", before=None, after=f"{ref} = {commit}\n{command}\n",
+                          action=partial(_build, repo=repo, request=request)))
+    return RolePlan(NAME, changes, reason=f"build {ref} ({commit[:12]}) with make {engine.target}")
 
 
-def apply(ctx: Context, plan: RolePlan) -> str:
-    ctx.say(f"building {ctx.build.ref} into releases/{ctx.build.release_id} (log: {ctx.layout.build_log(ctx.build.release_id)})")
+def _request(ctx: Context, commit: str, ref: str) -> releases.BuildRequest:
+    engine = ctx.spec.engine
+    return releases.BuildRequest(commit=commit, ref=ref, target=engine.target, cuda_arch=engine.cuda_arch,
+                                 toolkit=ctx.toolkit, jobs=engine.jobs or os.cpu_count() or 1)
+
+
+def _built(ctx: Context, release: releases.Release, ref: str) -> RolePlan:
+    ctx.build = _request(ctx, release.commit, ref)
+    ctx.release = release
+    return RolePlan(NAME, reason=f"release {release.id} ({ref}) is built")
+
+
+# ------------------------------------------------------------------------------------- what applying does
+
+
+def _prepare(ctx: Context) -> str:
     try:
-        ctx.release = releases.build(ctx.layout, ctx.engine_repo, ctx.build)
+        proc = subprocess.run(ctx.spec.engine.prepare, cwd=ctx.loaded.base_dir, capture_output=True, text=True)
+    except OSError as exc:
+        raise RoleFailed(f"cannot run engine.prepare: {exc}") from None
+    if proc.returncode:
+        raise RoleFailed(f"engine.prepare exited {proc.returncode}", proc.stderr[-2000:])
+    ctx.prepared = True
+    return "engine source refreshed (engine.prepare)"
+
+
+def _build(ctx: Context, *, repo: EngineRepo, request: releases.BuildRequest) -> str:
+    ctx.say(f"building {request.ref} into releases/{request.release_id} "
+            f"(log: {ctx.layout.build_log(request.release_id)})")
+    try:
+        ctx.release = releases.build(ctx.layout, repo, request)
     except releases.BuildFailed as exc:
         raise RoleFailed(f"build failed: {exc}; the serving release is untouched (log: {exc.log})", exc.tail) from None
     except RepoError as exc:

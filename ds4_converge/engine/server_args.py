@@ -6,12 +6,13 @@ from pathlib import Path
 
 from ds4_converge.engine.release import Release
 from ds4_converge.spec.model import Server
+from ds4_converge.errors import Ds4Error
 
 
 SPELLINGS = {"-m": ("--model",), "-c": ("--ctx",), "-n": ("--tokens",), "-t": ("--threads",)}
 
 
-class UnsupportedSettings(Exception):
+class UnsupportedSettings(Ds4Error):
     """The spec asks for something this engine build cannot do; found before anything is stopped."""
 
 

@@ -12,15 +12,16 @@ import requests
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from ds4_converge.spec.model import Smoke
+from ds4_converge.errors import Ds4Error
 
 MODEL_ID = "deepseek-v4-flash"
 
 
-class NotReady(Exception):
+class NotReady(Ds4Error):
     """Temporary: try again until the deadline."""
 
 
-class Unhealthy(Exception):
+class Unhealthy(Ds4Error):
     """Permanent: revert now."""
 
 

@@ -41,7 +41,7 @@ def plan(ctx: Context) -> RolePlan:
     health = ctx.spec.health
     if needs_full_probe(ctx):
         ladder = "/v1/models" + (", smoke answer" if health.smoke else "") + f", {health.soak_s:.0f}s soak"
-        return RolePlan(NAME, [Change(f"probe {ctx.endpoint}: {ladder}; record last good")],
+        return RolePlan(NAME, [Change(f"probe {ctx.endpoint}: {ladder}; record last good", action=_probe)],
                         reason=f"probe the new engine ({ladder})")
     try:
         check_models(ctx.endpoint)
@@ -50,7 +50,7 @@ def plan(ctx: Context) -> RolePlan:
     return RolePlan(NAME, reason=f"{ctx.endpoint} answers /v1/models; last good is {ctx.state.last_good.release}")
 
 
-def apply(ctx: Context, plan: RolePlan) -> str:
+def _probe(ctx: Context) -> str:
     ctx.say(f"probing {ctx.endpoint} (deadline {ctx.spec.health.deadline_s:.0f}s, soak {ctx.spec.health.soak_s:.0f}s)")
     try:
         pid = wait_healthy(target(ctx), process_state(ctx))

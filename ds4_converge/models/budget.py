@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ds4_converge.engine_knowledge import load as load_knowledge
+from ds4_converge.units import GIB, gib
 
-GIB = 1024**3
-MIB = 1024**2
 OS_HEADROOM_BYTES = 8 * GIB
 # ds4_cuda.cu also goes managed when context buffers >= 8 GiB and free memory minus them would drop below a
 # reserve of 25 % of total memory, clamped to 8..40 GiB (reference section 7). Not in ds4.yaml yet.
@@ -61,7 +60,7 @@ def judge(budget: Budget, mem_total_bytes: int, headroom_bytes: int = OS_HEADROO
     numbers = _numbers(budget, mem_total_bytes, headroom_bytes)
     managed = budget.kv_managed or _managed_by_reserve(budget, mem_total_bytes)
     if budget.total > usable:
-        return "error", (f"does not fit: {numbers}; short by {_gib(budget.total - usable)}. "
+        return "error", (f"does not fit: {numbers}; short by {gib(budget.total - usable)}. "
                          f"Lower ctx, drop the drafter or use a smaller quant")
     if managed:
         return "warn", (f"fits, but the engine will put the KV cache in managed (migratable) memory, "
@@ -76,13 +75,9 @@ def _managed_by_reserve(budget: Budget, mem_total_bytes: int) -> bool:
 
 
 def _numbers(budget: Budget, mem_total_bytes: int, headroom_bytes: int) -> str:
-    parts = [f"weights {_gib(budget.weights)}", f"KV {_gib(budget.kv)} (ctx {budget.ctx})"]
+    parts = [f"weights {gib(budget.weights)}", f"KV {gib(budget.kv)} (ctx {budget.ctx})"]
     if budget.drafter:
-        parts.append(f"drafter {_gib(budget.drafter)}")
-    return (f"{' + '.join(parts)} = {_gib(budget.total)} needed, "
-            f"{_gib(mem_total_bytes - headroom_bytes)} usable of {_gib(mem_total_bytes)} RAM "
-            f"({_gib(headroom_bytes)} kept for the OS)")
-
-
-def _gib(n: int | float) -> str:
-    return f"{n / GIB:.1f} GiB"
+        parts.append(f"drafter {gib(budget.drafter)}")
+    return (f"{' + '.join(parts)} = {gib(budget.total)} needed, "
+            f"{gib(mem_total_bytes - headroom_bytes)} usable of {gib(mem_total_bytes)} RAM "
+            f"({gib(headroom_bytes)} kept for the OS)")

@@ -9,15 +9,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ds4_converge.errors import Ds4Error
+
 HASH_CHUNK = 8 * 1024 * 1024
 _FORMAT_VERSION = 1
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
-class DigestMismatch(ValueError):
+class DigestMismatch(Ds4Error, ValueError):
     def __init__(self, path: Path, expected: str, actual: str) -> None:
         self.path, self.expected, self.actual = path, expected, actual
         super().__init__(f"{path}: sha256 is {actual}, expected {expected}")
@@ -47,11 +51,16 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 
 class DigestCache:
-    """JSON file: {"version": 1, "entries": {stat_key: {"sha256": ..., "path": ...}}}."""
+    """JSON file: {"version": 1, "entries": {stat_key: {"sha256": ..., "path": ...}}}.
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    `deferred`: what is remembered is kept in memory until :meth:`flush` (planning learns, it does not write).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, deferred: bool = False) -> None:
         self.path = Path(path)
+        self.deferred = deferred
         self._entries: dict[str, dict] | None = None
+        self._dirty = False
 
     def lookup(self, path: str | os.PathLike) -> str | None:
         try:
@@ -69,7 +78,14 @@ class DigestCache:
         for stale in [k for k, e in entries.items() if e.get("path") == abs_path and k != key]:
             del entries[stale]
         entries[key] = {"sha256": sha256.lower(), "path": abs_path}
-        self._save(entries)
+        self._dirty = True
+        if not self.deferred:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._dirty:
+            self._save(self._load())
+            self._dirty = False
 
     def _load(self) -> dict[str, dict]:
         if self._entries is None:
@@ -120,3 +136,35 @@ def verified_sha256(path: str | os.PathLike, cache: DigestCache | None, expected
     if expected is not None and digest != expected.lower():
         raise DigestMismatch(Path(path), expected.lower(), digest)
     return digest
+
+
+def normalise_sha256(value: str | None) -> str | None:
+    if value is None:
+        return None
+    value = value.strip().lower().removeprefix("sha256:")
+    if not _SHA256_RE.match(value):
+        raise ValueError(f"expected sha256 must be 64 hex digits, got {value!r}")
+    return value
+
+
+def check_in_place(path: str | os.PathLike, *, sha256: str | None = None, size: int | None = None,
+                   cache: DigestCache | None = None, need_digest: bool = False) -> tuple[bool, str, str | None]:
+    """Is `path` already the wanted file? -> (ok, one-line reason, sha256 if computed or cached).
+
+    Hashes only when a sha256 is expected (or need_digest) and the cache has no entry for the file as it is now.
+    """
+    path = Path(path)
+    expected_sha = normalise_sha256(sha256)
+    if not path.is_file():
+        return False, "missing", None
+    actual_size = path.stat().st_size
+    if size is not None and actual_size != size:
+        return False, f"size is {actual_size} bytes, expected {size}", None
+    if expected_sha is None and not need_digest:
+        return True, "present" + (", size matches" if size is not None else ", nothing to verify against"), None
+    cached = cache.lookup(path) if cache else None
+    digest = cached or verified_sha256(path, cache)
+    how = "cached" if cached else "hashed"
+    if expected_sha and digest != expected_sha:
+        return False, f"sha256 is {digest}, expected {expected_sha}", digest
+    return True, f"sha256 verified ({how})", digest

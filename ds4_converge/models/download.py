@@ -29,7 +29,9 @@ from huggingface_hub import get_token, hf_hub_url
 from huggingface_hub.utils import build_hf_headers
 from pydantic import SecretStr
 
-from ds4_converge.models.digests import DigestCache, hash_into, verified_sha256
+from ds4_converge.models.digests import DigestCache, check_in_place, hash_into, normalise_sha256, verified_sha256
+from ds4_converge.errors import Ds4Error
+from ds4_converge.units import human_bytes
 from ds4_converge.spec.sources import HttpsSource, LocalSource, Source, parse_source
 
 CHUNK_BYTES = 256 * 1024  # also the most a cut connection can cost: a short last chunk is lost
@@ -43,7 +45,7 @@ ProgressCallback = Callable[[int, "int | None"], None]
 
 # ---------------------------------------------------------------------------------------------- errors
 
-class DownloadError(Exception):
+class DownloadError(Ds4Error):
     """A one-line human message. `retryable`: the partial file is kept and the next run resumes it."""
 
     def __init__(self, message: str, *, retryable: bool = False) -> None:
@@ -82,13 +84,6 @@ class FetchResult:
     size: int
     downloaded_bytes: int
     resumed: bool
-
-
-def human_bytes(n: int | float) -> str:
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 def partial_path(dest: str | os.PathLike) -> Path:
@@ -397,7 +392,7 @@ def fetch(source: Source | str, dest_path: str | os.PathLike, *, sha256: str | N
     """
     source = parse_source(source) if isinstance(source, str) else source
     dest = Path(dest_path)
-    expected_sha = _normalise_sha256(sha256)
+    expected_sha = normalise_sha256(sha256)
     if size is not None and size < 0:
         raise ValueError(f"expected size must be >= 0, got {size}")
     if isinstance(source, LocalSource) and _same_file(Path(source.path), dest):
@@ -436,15 +431,6 @@ def _own_version() -> str:
         return "dev"
 
 
-def _normalise_sha256(value: str | None) -> str | None:
-    if value is None:
-        return None
-    value = value.strip().lower().removeprefix("sha256:")
-    if not _SHA256_RE.match(value):
-        raise ValueError(f"expected sha256 must be 64 hex digits, got {value!r}")
-    return value
-
-
 def _same_file(a: Path, b: Path) -> bool:
     try:
         return os.path.samefile(a, b)
@@ -459,26 +445,3 @@ def _verify_in_place(path: Path, expected_sha: str | None, size: int | None,
     if not ok:
         raise DownloadError(f"{path}: {reason}")
     return FetchResult(path, digest, path.stat().st_size, 0, False)
-
-
-def check_in_place(path: str | os.PathLike, *, sha256: str | None = None, size: int | None = None,
-                   cache: DigestCache | None = None, need_digest: bool = False) -> tuple[bool, str, str | None]:
-    """Is `path` already the wanted file? -> (ok, one-line reason, sha256 if computed or cached).
-
-    Hashes only when a sha256 is expected (or need_digest) and the cache has no entry for the file as it is now.
-    """
-    path = Path(path)
-    expected_sha = _normalise_sha256(sha256)
-    if not path.is_file():
-        return False, "missing", None
-    actual_size = path.stat().st_size
-    if size is not None and actual_size != size:
-        return False, f"size is {actual_size} bytes, expected {size}", None
-    if expected_sha is None and not need_digest:
-        return True, "present" + (", size matches" if size is not None else ", nothing to verify against"), None
-    cached = cache.lookup(path) if cache else None
-    digest = cached or verified_sha256(path, cache)
-    how = "cached" if cached else "hashed"
-    if expected_sha and digest != expected_sha:
-        return False, f"sha256 is {digest}, expected {expected_sha}", digest
-    return True, f"sha256 verified ({how})", digest

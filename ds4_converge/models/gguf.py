@@ -2,21 +2,20 @@
 
 Reads only the header, key/values and tensor names; tensor data is never touched. gguf.GGUFReader would do,
 but it decodes every tokenizer string: about 7 s for a 129k-token vocabulary, on every run. The lean reader
-below (gguf's own type constants, struct over an mmap) skips big arrays and takes milliseconds; the tests
+below (the format's type constants, struct over an mmap) skips big arrays and takes milliseconds; the tests
 check it against GGUFReader. The rules come from engine knowledge (reference section 6):
 the main model is recognised by the keys ds4's config_validate_model() requires, an MTP file by its
 `mtp.0.*` tensor names, a DSpark drafter by `general.architecture = deepseek4-dspark`.
 """
 from __future__ import annotations
 
+import enum
 import math
 import mmap
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
-
-import gguf
 
 from ds4_converge.engine_knowledge import load as load_knowledge
 
@@ -113,7 +112,16 @@ def _show(value) -> str:
 
 # ----------------------------------------------------------------------------------- GGUF header reader
 
-_T = gguf.GGUFValueType
+GGUF_MAGIC = 0x46554747  # b"GGUF" read as a little-endian uint32
+
+
+class _T(enum.IntEnum):
+    """The GGUF file format's value types (the same numbers as gguf.GGUFValueType; a test compares them): the
+    reader needs only these, and importing the gguf package (numpy with it) costs a no-op run most of its time."""
+
+    UINT8, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY, UINT64, INT64, FLOAT64 = range(13)
+
+
 _SCALAR_FORMATS = {_T.UINT8: "<B", _T.INT8: "<b", _T.UINT16: "<H", _T.INT16: "<h", _T.UINT32: "<I",
                    _T.INT32: "<i", _T.FLOAT32: "<f", _T.BOOL: "<?", _T.UINT64: "<Q", _T.INT64: "<q",
                    _T.FLOAT64: "<d"}
@@ -173,7 +181,7 @@ def read_gguf_header(path: str | Path) -> tuple[dict, list[str]]:
     """(fields, tensor names) of a little-endian GGUF; fields include GGUF.version like GGUFReader's."""
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
         cur = _Cursor(buf)
-        if cur.scalar("<I") != gguf.GGUF_MAGIC:
+        if cur.scalar("<I") != GGUF_MAGIC:
             raise ValueError("bad magic (not a GGUF file)")
         fields = {GGUF_VERSION_KEY: cur.scalar("<I")}
         if fields[GGUF_VERSION_KEY] not in (2, 3):

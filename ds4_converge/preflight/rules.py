@@ -28,14 +28,13 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from ds4_converge.facts import HostFacts, Version
 from ds4_converge.spec.hostpaths import UnknownVariable, expand as expand_path
-from ds4_converge.spec.sources import LocalSource, parse_source
+from ds4_converge.models.placement import entries as model_entries, is_local
 from ds4_converge.core.plan import Finding
 from ds4_converge.engine.release import Toolkit
 from ds4_converge.spec.model import Spec
+from ds4_converge.units import GIB, gib
 from ds4_converge.toolchain.select import (chosen_toolkit, compat_dir, compat_package, find_toolkit, needs_compat, select_toolkit)
 
-GIB = 1024**3
-MIB = 1024**2
 #: Free space a build needs under paths.root: the exported tree, objects, binaries and the engine git cache.
 BUILD_BYTES = 2 * GIB
 #: The engine's default --kv-disk-space-mb.
@@ -49,10 +48,6 @@ Expander = Callable[[str], Path]
 def sm_arch(cc: Version) -> str:
     """Compute capability -> ``CUDA_ARCH``: 9.0 -> ``sm_90``, 12.1 -> ``sm_121``."""
     return f"sm_{cc.major}{cc.minor}"
-
-
-def _gib(n: int | float) -> str:
-    return f"{n / GIB:.1f} GiB"
 
 
 # --------------------------------------------------------------------------------------------- rule 1: nvcc
@@ -251,14 +246,11 @@ def spec_paths(spec: Spec) -> list[tuple[str, str]]:
     out = [("paths.root", spec.paths.root)]
     if spec.engine.repo and not _is_url(spec.engine.repo):
         out.append(("engine.repo", spec.engine.repo))
-    for role in ("main", "mtp", "dspark"):
-        entry = getattr(spec.model, role)
-        if entry is None:
-            continue
-        if isinstance(parse_source(entry.source), LocalSource):
-            out.append((f"model.{role}", entry.source))
+    for slot, entry in model_entries(spec.model):
+        if is_local(entry):
+            out.append((f"model.{slot}", entry.source))
         if entry.dest:
-            out.append((f"model.{role}.dest", entry.dest))
+            out.append((f"model.{slot}.dest", entry.dest))
     if spec.server.kv_disk_dir:
         out.append(("server.kv_disk_dir", spec.server.kv_disk_dir))
     if spec.toolchain.cuda_home:
@@ -369,7 +361,7 @@ def disk_findings(facts: HostFacts, needs: Sequence[DiskNeed]) -> list[Finding]:
         space = facts.disk_root if need.path == facts.root else facts.disk_models.get(need.path)
         if space is None:
             out.append(Finding("warning", f"free disk at {need.path} is unknown (df failed), so {need.what} "
-                                          f"({_gib(need.bytes)}) could not be checked"))
+                                          f"({gib(need.bytes)}) could not be checked"))
             continue
         key = (space.filesystem, space.mount)
         groups.setdefault(key, []).append(need)
@@ -380,11 +372,11 @@ def disk_findings(facts: HostFacts, needs: Sequence[DiskNeed]) -> list[Finding]:
         total = sum(n.bytes for n in group)
         if total <= free:
             continue
-        parts = ", ".join(f"{_gib(n.bytes)} for {n.what}" + ("" if n.certain else " (if needed)") for n in group)
+        parts = ", ".join(f"{gib(n.bytes)} for {n.what}" + ("" if n.certain else " (if needed)") for n in group)
         level = "error" if certain > free else "warning"
-        out.append(Finding(level, f"not enough disk on {mount} ({filesystem}): {_gib(free)} free, "
-                                  f"{_gib(total)} needed ({parts})",
-                           fix=f"free {_gib(total - free)} on {mount}, or move paths.root / model dirs "
+        out.append(Finding(level, f"not enough disk on {mount} ({filesystem}): {gib(free)} free, "
+                                  f"{gib(total)} needed ({parts})",
+                           fix=f"free {gib(total - free)} on {mount}, or move paths.root / model dirs "
                                f"to a larger disk"))
     return out
 

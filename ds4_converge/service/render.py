@@ -9,12 +9,13 @@ from importlib.resources import files
 import jinja2
 
 from ds4_converge.core.layout import Layout
+from ds4_converge.errors import Ds4Error
 
 # configparser (as supervisor sets it up) starts an inline comment at ';' or '#' after whitespace
 INLINE_COMMENT = re.compile(r"(?<=\s)(?=[;#])")
 
 
-class UnsafeValue(ValueError):
+class UnsafeValue(Ds4Error, ValueError):
     pass
 
 

@@ -1,28 +1,24 @@
-"""Service role: supervisord config and the ds4-server program, switched only when something differs."""
+"""Service role: supervisord config and the ds4-server program, switched only when something differs.
+
+The plan renders every file once and compares it with what is on disk; each change carries the rendered text
+it writes (``Change.after``), so applying writes exactly what the plan showed.
+"""
 from __future__ import annotations
 
 import shutil
 import subprocess
+from functools import partial
 from pathlib import Path
 
-from ds4_converge.service import render
 from ds4_converge.core.context import Context
 from ds4_converge.core.layout import write_atomic
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
-from ds4_converge.engine.server_args import UnsupportedSettings, server_argv
 from ds4_converge.core.state import Deployment
+from ds4_converge.engine.server_args import UnsupportedSettings, server_argv
+from ds4_converge.service import render, systemd
 from ds4_converge.service.supervisor import supervisord_argv
 
 NAME = "service"
-SYSTEMD_DIR = Path("/etc/systemd/system")
-
-
-def has_systemd() -> bool:
-    return Path("/run/systemd/system").is_dir()
-
-
-def unit_path(ctx: Context) -> Path:
-    return SYSTEMD_DIR / f"ds4-converge-{ctx.spec.server.name}.service"
 
 
 def desired_deployment(ctx: Context) -> Deployment:
@@ -66,17 +62,24 @@ def plan(ctx: Context) -> RolePlan:
     changes: list[Change] = []
     main_conf = render.supervisord_conf(layout)
     if _read(layout.supervisord_conf) != main_conf:
-        changes.append(Change(str(layout.supervisord_conf), _read(layout.supervisord_conf), main_conf))
-    if has_systemd():
-        unit = _unit(ctx)
-        if _read(unit_path(ctx)) != unit:
-            changes.append(Change(str(unit_path(ctx)), _read(unit_path(ctx)), unit))
+        changes.append(Change(str(layout.supervisord_conf), _read(layout.supervisord_conf), main_conf,
+                              action=partial(_write_config, path=layout.supervisord_conf, text=main_conf)))
+    with_systemd = systemd.has_systemd()
+    unit = systemd.unit_path(name)
+    if with_systemd:
+        text = _unit(ctx)
+        if _read(unit) != text:
+            changes.append(Change(str(unit), _read(unit), text, action=partial(_install_unit, path=unit, text=text)))
     running = supervisor.is_running()
     if not running:
-        changes.append(Change("start supervisord" + ("" if has_systemd() else
-                                                      " directly (no systemd here: it will not come back after a reboot)")))
+        changes.append(Change("start supervisord" + ("" if with_systemd else
+                                                      " directly (no systemd here: it will not come back after a reboot)"),
+                              action=partial(_start_supervisord, unit=unit if with_systemd else None)))
     pid = supervisor.running_pid(name) if running else None
     current_conf = _read(layout.program_conf(name))
+    # stale programs go before the switch: they would run beside ours
+    changes += [Change(f"remove program {p.stem} (renamed to {name})", before=_read(p), restarts=True,
+                       action=partial(_remove_program, path=p)) for p in stale_programs(ctx)]
     if ctx.release is None:
         # check mode before the build: the exact command line is known only once the binary lists its flags
         changes.append(Change(f"restart {name} on release {ctx.build.release_id}", current_conf,
@@ -86,11 +89,10 @@ def plan(ctx: Context) -> RolePlan:
         ctx.desired = desired_deployment(ctx)
         if current_conf != ctx.desired.program_conf:
             changes.append(Change(str(layout.program_conf(name)), current_conf, ctx.desired.program_conf,
-                                  restarts=True))
-        elif pid is None:
-            changes.append(Change(f"start {name} (not running)", restarts=True))
-    changes += [Change(f"remove program {p.stem} (renamed to {name})", before=_read(p), restarts=True)
-                for p in stale_programs(ctx)]
+                                  restarts=True, action=partial(_switch, deployment=ctx.desired)))
+        elif pid is None or any(c.restarts for c in changes):
+            changes.append(Change(f"start {name} (not running)" if pid is None else f"restart {name}",
+                                  restarts=True, action=partial(_switch, deployment=ctx.desired)))
     ctx.restart_needed = any(c.restarts for c in changes)
     findings = port_findings(ctx) if ctx.restart_needed else []
     reason = (f"{name} runs release {ctx.release.id} (pid {pid}), config unchanged" if not changes
@@ -104,56 +106,14 @@ def port_findings(ctx: Context) -> list[Finding]:
     from ds4_converge.facts.port import port_holders
     from ds4_converge.preflight.rules import port_findings as rule
 
-    return rule(ctx.spec, HostFacts(listeners=port_holders(ctx.spec.server.port)), managed_pids(ctx))
-
-
-def managed_pids(ctx: Context) -> set[int]:
-    """Every process our supervisord runs under this root, with descendants: never a foreign port holder."""
-    pids = {info["pid"] for info in ctx.supervisor.all_processes() if info["pid"]}
-    return set().union(*(_family(pid) for pid in pids)) if pids else set()
-
-
-def _family(pid: int) -> set[int]:
-    """A process and its descendants (the env wrapper execs, but be safe with forks)."""
-    family, frontier = {pid}, [pid]
-    while frontier:
-        parent = frontier.pop()
-        try:
-            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
-        except OSError:
-            continue
-        for child in map(int, children):
-            family.add(child)
-            frontier.append(child)
-    return family
+    listeners = port_holders(ctx.spec.server.port)
+    ours = ctx.supervisor.owns(l.pid for l in listeners if l.pid)
+    return rule(ctx.spec, HostFacts(listeners=listeners), ours)
 
 
 def stale_programs(ctx: Context) -> list[Path]:
     """Program files of another server.name under this root (a rename): they would run beside ours."""
     return sorted(p for p in ctx.layout.program_dir.glob("*.conf") if p.stem != ctx.spec.server.name)
-
-
-def apply(ctx: Context, plan: RolePlan) -> str:
-    layout, name, supervisor = ctx.layout, ctx.spec.server.name, ctx.supervisor
-    layout.ensure()
-    write_atomic(layout.supervisord_conf, render.supervisord_conf(layout))
-    if has_systemd() and _read(unit_path(ctx)) != _unit(ctx):
-        _install_unit(ctx)
-    if not supervisor.is_running():
-        _start_supervisord(ctx)
-    if ctx.restart_needed:
-        for stale in stale_programs(ctx):
-            supervisor.remove(stale.stem)
-            stale.unlink()
-        errors = port_findings(ctx)  # facts again: right before stopping
-        if errors:
-            raise RoleFailed(str(errors[0]))
-        if supervisor.running_pid(name):
-            ctx.say(f"stopping {name} (SIGTERM, waiting for its process group)")
-        ctx.switched = True
-        switch_to(ctx, ctx.desired.stamped())
-        return f"started {name} on release {ctx.desired.release}"
-    return "supervisord config updated"
 
 
 def _unit(ctx: Context) -> str:
@@ -163,20 +123,51 @@ def _unit(ctx: Context) -> str:
                                stop_wait_s=ctx.spec.server.stop_wait_s)
 
 
-def _install_unit(ctx: Context) -> None:
+# ------------------------------------------------------------------------------------- what applying does
+
+
+def _write_config(ctx: Context, *, path: Path, text: str) -> str:
+    ctx.layout.ensure()
+    write_atomic(path, text)
+    return "supervisord config updated"
+
+
+def _install_unit(ctx: Context, *, path: Path, text: str) -> str:
     """Enabled, so supervisord and the engine come back after a reboot; started by _start_supervisord."""
-    write_atomic(unit_path(ctx), _unit(ctx))
+    write_atomic(path, text)
     subprocess.run(["systemctl", "daemon-reload"], check=True)
-    subprocess.run(["systemctl", "enable", unit_path(ctx).name], check=True)
+    subprocess.run(["systemctl", "enable", path.name], check=True)
+    return f"installed and enabled {path.name}"
 
 
-def _start_supervisord(ctx: Context) -> None:
-    if has_systemd():
-        subprocess.run(["systemctl", "start", unit_path(ctx).name], check=True)
+def _start_supervisord(ctx: Context, *, unit: Path | None) -> str:
+    ctx.layout.ensure()
+    if unit is not None:
+        subprocess.run(["systemctl", "start", unit.name], check=True)
         ctx.supervisor.wait_ready()
-    else:
-        ctx.say("no systemd on this host: starting supervisord directly (it will not come back after a reboot)")
-        ctx.supervisor.start_daemon()
+        return f"started supervisord ({unit.name})"
+    ctx.say("no systemd on this host: starting supervisord directly (it will not come back after a reboot)")
+    ctx.supervisor.start_daemon()
+    return "started supervisord"
+
+
+def _remove_program(ctx: Context, *, path: Path) -> str:
+    ctx.supervisor.remove(path.stem)
+    path.unlink(missing_ok=True)
+    return f"removed program {path.stem}"
+
+
+def _switch(ctx: Context, *, deployment: Deployment) -> str:
+    # the plan checked the port; check again right before stopping: another process may have taken it since
+    errors = [f for f in port_findings(ctx) if f.level == "error"]
+    if errors:
+        raise RoleFailed(str(errors[0]))
+    name = ctx.spec.server.name
+    if ctx.supervisor.running_pid(name):
+        ctx.say(f"stopping {name} (SIGTERM, waiting for its process group)")
+    ctx.switched = True
+    switch_to(ctx, deployment.stamped())
+    return f"started {name} on release {deployment.release}"
 
 
 def switch_to(ctx: Context, deployment: Deployment) -> None:

@@ -13,11 +13,13 @@ from supervisor.states import ProcessStates
 from supervisor.xmlrpc import Faults, SupervisorTransport
 
 from ds4_converge.core.layout import Layout
+from ds4_converge.errors import Ds4Error
+from ds4_converge.service import processes
 
 DEAD_STATES = {"EXITED", "FATAL", "BACKOFF", "STOPPED", "UNKNOWN"}
 
 
-class SupervisorError(Exception):
+class SupervisorError(Ds4Error):
     pass
 
 
@@ -100,6 +102,12 @@ class Supervisor:
         except (OSError, xmlrpc.client.Error):
             return []
 
+    def owns(self, pids) -> set[int]:
+        """Those of `pids` that are a program our supervisord runs under this root, or run below one: never a
+        foreign process, whatever its name."""
+        supervised = {info["pid"] for info in self.all_processes() if info["pid"]}
+        return processes.descending_from(pids, supervised)
+
     def running_pid(self, name: str) -> int | None:
         info = self.info(name) if self.is_running() else None
         return info["pid"] if info and info["statename"] == "RUNNING" and info["pid"] else None
@@ -158,24 +166,10 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry.name))
-    return members
-
-
 def wait_group_gone(pgid: int, grace: float) -> None:
     """Stragglers of the group outlive the main process sometimes; SIGKILL them after the grace period."""
     deadline = time.monotonic() + grace
-    while group_members(pgid):
+    while processes.group_members(pgid):
         if time.monotonic() > deadline:
             try:
                 os.killpg(pgid, signal.SIGKILL)

@@ -8,10 +8,12 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from ds4_converge.errors import Ds4Error
+
 VARIABLE = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)\}|(?P<plain>[A-Za-z_][A-Za-z0-9_]*))")
 
 
-class UnknownVariable(ValueError):
+class UnknownVariable(Ds4Error, ValueError):
     pass
 
 

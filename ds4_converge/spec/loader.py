@@ -10,11 +10,12 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ds4_converge.spec.model import FieldProblem, Spec
+from ds4_converge.errors import Ds4Error
 
 Loc = tuple  # a path of keys and list indexes
 
 
-class SpecInvalid(Exception):
+class SpecInvalid(Ds4Error):
     """The spec cannot be used; `problems` are ready-to-print FILE:LINE:COL lines."""
 
     def __init__(self, problems: list[str]):

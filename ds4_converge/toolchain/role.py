@@ -8,14 +8,14 @@ is on and the driver is older than the toolkit.
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 
 from ds4_converge.core.context import Context
 from ds4_converge.core.plan import Change, RoleFailed, RolePlan
-from ds4_converge.engine.release import Toolkit
 from ds4_converge.core.shell import CommandFailed, run
+from ds4_converge.engine.release import Toolkit
 from ds4_converge.toolchain.select import compat_env, compat_package, needs_compat, select_toolkit
-from ds4_converge.preflight import role as preflight
 
 NAME = "toolchain"
 
@@ -38,7 +38,7 @@ def plan(ctx: Context) -> RolePlan:
     if spec.engine.target == "cpu":
         ctx.toolkit = Toolkit()
         return RolePlan(NAME, reason="cpu build: no CUDA toolkit needed")
-    host = preflight.facts(ctx)
+    host = ctx.facts
     cuda_home = str(ctx.host_path(spec.toolchain.cuda_home)) if spec.toolchain.cuda_home else None
     toolkit, findings = select_toolkit(spec, host, cuda_home=cuda_home)
     if toolkit is None:
@@ -55,20 +55,20 @@ def plan(ctx: Context) -> RolePlan:
             reason += f"; engine env LD_LIBRARY_PATH={env['LD_LIBRARY_PATH']} (driver CUDA {driver})"
         elif spec.toolchain.install_compat:
             package = compat_package(toolkit.version)
-            env = {"LD_LIBRARY_PATH": f"{toolkit.cuda_home}/compat"}
+            compat = Path(toolkit.cuda_home) / "compat"
+            env = {"LD_LIBRARY_PATH": os.fspath(compat)}
+            why = f"driver CUDA {driver} is older than nvcc {toolkit.version}"
             changes.append(Change(" ".join(_install_argv(package)), None,
-                                   f"{toolkit.cuda_home}/compat/libcuda.so (forward compat for driver CUDA "
-                                   f"{driver}; LD_LIBRARY_PATH for the engine)\n"))
+                                  f"{compat}/libcuda.so (forward compat for driver CUDA {driver}; "
+                                  f"LD_LIBRARY_PATH for the engine)\n",
+                                  action=partial(_install_compat, package=package, compat=compat, why=why)))
             reason = f"install {package}; " + reason
         ctx.service_env.update(env)
     return RolePlan(NAME, changes, reason=reason)
 
 
-def apply(ctx: Context, plan: RolePlan) -> str:
-    toolkit = ctx.toolkit
-    package = compat_package(toolkit.version)
-    ctx.say(f"installing {package} (driver CUDA {ctx.facts.driver.cuda_version} is older than nvcc "
-            f"{toolkit.version})")
+def _install_compat(ctx: Context, *, package: str, compat: Path, why: str) -> str:
+    ctx.say(f"installing {package} ({why})")
     try:
         run(_install_argv(package), env={"DEBIAN_FRONTEND": "noninteractive"}, timeout=1800)
     except CommandFailed as exc:
@@ -76,11 +76,9 @@ def apply(ctx: Context, plan: RolePlan) -> str:
                          exc.tail) from None
     except OSError as exc:
         raise RoleFailed(f"cannot run apt-get to install {package}: {exc}") from None
-    compat = Path(toolkit.cuda_home) / "compat"
-    # the facts were read before the install: look again instead of trusting them
+    # what the package put there is the install's result, not a new decision: an empty compat dir would let
+    # the engine load the driver's older libcuda
     if not any(p.name.startswith("libcuda.so") for p in compat.glob("libcuda.so*")):
         raise RoleFailed(f"apt-get installed {package}, but {compat} holds no libcuda.so: the engine would "
                          f"load the driver's older libcuda")
-    ctx.service_env["LD_LIBRARY_PATH"] = os.fspath(compat)
     return f"installed {package}; LD_LIBRARY_PATH={compat} for the engine"
-

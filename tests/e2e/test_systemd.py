@@ -10,7 +10,7 @@ import os
 import requests
 
 from ds4_converge.cli import main as cli
-from ds4_converge.service import role as service
+from ds4_converge.service import systemd
 
 FAKE_SYSTEMCTL = """#!/bin/sh
 echo "$@" >> {log}
@@ -27,8 +27,8 @@ def test_with_systemd_the_unit_is_installed_enabled_and_starts_supervisord(box, 
     bindir.mkdir()
     (bindir / "systemctl").write_text(FAKE_SYSTEMCTL.format(log=log, units=units))
     (bindir / "systemctl").chmod(0o755)
-    monkeypatch.setattr(service, "has_systemd", lambda: True)
-    monkeypatch.setattr(service, "SYSTEMD_DIR", units)
+    monkeypatch.setattr(systemd, "has_systemd", lambda: True)
+    monkeypatch.setattr(systemd, "SYSTEMD_DIR", units)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
 
     assert cli.main([str(box.spec_path), "--json"]) == 0

@@ -1,6 +1,7 @@
 import pytest
 
-from ds4_converge.models.budget import GIB, MIB, estimate, judge
+from ds4_converge.models.budget import estimate, judge
+from ds4_converge.units import GIB, MIB
 
 Q2_WEIGHTS = 81 * GIB
 SPARK_RAM = 128 * 10**9  # 119.2 GiB

@@ -1,0 +1,63 @@
+"""Where each model file of the spec lives on this host, and whether it is fetched there: pure, from the spec.
+
+Shared by the models role (which fetches and verifies the files), the preflight role (which checks the disk
+they need) and the facts the reconciler gathers (which directories to measure).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ds4_converge.spec.hostpaths import UnknownVariable
+from ds4_converge.spec.model import Model, ModelFile
+from ds4_converge.spec.sources import LocalSource, parse_source
+
+#: The spec's model slots, in the order the engine's flags name them (-m, --mtp, --dspark).
+SLOTS = ("main", "mtp", "dspark")
+
+Expander = Callable[[str], Path]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One spec model file: where the engine reads it and, when it is fetched or copied there, from where."""
+
+    slot: str
+    entry: ModelFile
+    path: Path | None  # None: a path in the entry does not expand on this host (`problem` says why)
+    fetch: bool  # it comes from a source into `path` (else it is used where it is)
+    local_source: Path | None = None  # a local source file (used in place, or copied into dest)
+    problem: str = ""
+
+
+def is_local(entry: ModelFile) -> bool:
+    return isinstance(parse_source(entry.source), LocalSource)
+
+
+def place(entry: ModelFile, expand: Expander, models_dir: Path) -> tuple[Path, bool]:
+    """(where the engine reads it, whether it is fetched there): a local source without dest is used where it
+    is; everything else lands in dest (default ROOT/models) under its own file name."""
+    if is_local(entry) and entry.dest is None:
+        return expand(entry.source), False
+    directory = expand(entry.dest) if entry.dest else models_dir
+    return directory / parse_source(entry.source).name, True
+
+
+def entries(model: Model) -> list[tuple[str, ModelFile]]:
+    """(slot, entry) of every model file the spec names."""
+    return [(slot, getattr(model, slot)) for slot in SLOTS if getattr(model, slot) is not None]
+
+
+def placements(model: Model, expand: Expander, models_dir: Path) -> list[Placement]:
+    out = []
+    for slot, entry in entries(model):
+        local = is_local(entry)
+        try:
+            path, fetch = place(entry, expand, models_dir)
+            source = expand(entry.source) if local else None
+        except UnknownVariable as exc:
+            out.append(Placement(slot, entry, None, not (local and entry.dest is None), problem=str(exc)))
+            continue
+        out.append(Placement(slot, entry, path, fetch, source))
+    return out

@@ -1,0 +1,73 @@
+"""The process table as /proc shows it: who is whose parent, who is in which process group, what each runs.
+
+The one place that walks /proc: stopping an engine waits for its whole process group, a port holder is ours
+when it descends from a program our supervisord runs, and the tests find engines by their command line.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class Process:
+    pid: int
+    ppid: int
+    pgid: int
+    state: str  # R, S, D, Z (zombie), …
+
+
+def parse_stat(pid: int, text: str) -> Process:
+    """`/proc/PID/stat` -> Process. The command name sits in parentheses and may hold spaces or ')'."""
+    fields = text.rsplit(")", 1)[1].split()
+    return Process(pid=pid, state=fields[0], ppid=int(fields[1]), pgid=int(fields[2]))
+
+
+def read(pid: int) -> Process | None:
+    """The process now, or None when it is gone (or /proc hides it)."""
+    try:
+        return parse_stat(pid, (PROC / str(pid) / "stat").read_text())
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def every() -> Iterator[Process]:
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            process = read(int(entry.name))
+            if process is not None:
+                yield process
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) members of a process group: what still holds the engine's memory."""
+    return [p.pid for p in every() if p.pgid == pgid and p.state != "Z"]
+
+
+def lineage(pid: int) -> list[int]:
+    """The pid, its parent, its parent's parent … up to init: a few reads, not a walk of all of /proc."""
+    chain, seen = [], set()
+    while pid > 0 and pid not in seen:
+        chain.append(pid)
+        seen.add(pid)
+        process = read(pid)
+        if process is None:
+            break
+        pid = process.ppid
+    return chain
+
+
+def descending_from(candidates: Iterable[int], roots: Iterable[int]) -> set[int]:
+    """Those candidates that are one of the roots or run below one (the env wrapper execs, but forks happen)."""
+    roots = set(roots)
+    return {pid for pid in candidates if roots.intersection(lineage(pid))} if roots else set()
+
+
+def cmdline(pid: int) -> list[bytes]:
+    try:
+        return (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
