@@ -1,10 +1,11 @@
-# ds4-converge: `make run` converges the simulated engine here, `make test` runs every test.
+# ds4-converge: `make run` converges the simulated engine here, `make test` runs every test, `make test-fast`
+# the ones that start nothing real (unit, parsers, rendering, plan logic: seconds, for while you work).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 SPEC   ?= spec/examples/sim.yaml
 
-.PHONY: run test stop status check schema clean
+.PHONY: run test test-fast lint-imports stop status check schema clean
 
 $(BIN)/ds4-converge: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +30,16 @@ status: $(BIN)/ds4-converge
 stop: $(BIN)/ds4-converge
 	$(BIN)/ds4-converge stop $(SPEC)
 
-test: $(BIN)/ds4-converge
+test: lint-imports
 	$(BIN)/python -m pytest -q
+
+test-fast: lint-imports
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# the layering contracts of .importlinter: roles never import each other, the CLI never reaches into a role,
+# nothing imports the CLI, the spec and the facts depend on nothing else of the package
+lint-imports: $(BIN)/ds4-converge
+	$(BIN)/lint-imports --no-cache
 
 schema: $(BIN)/ds4-converge
 	$(BIN)/ds4-converge schema > spec/schema.json

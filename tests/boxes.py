@@ -12,6 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from ds4_converge.service import processes
+
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "engine" / "models" / "tiny-ds4flash.gguf"
 
@@ -87,13 +89,6 @@ class Box:
 
 def engine_pids(root: Path) -> set[int]:
     """ds4-server processes running a release under `root` (other tests may run engines too)."""
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-                if b"ds4-server" in cmdline and str(root).encode() in cmdline:
-                    pids.add(int(entry.name))
-            except OSError:
-                pass
-    return pids
+    return {p.pid for p in processes.every()
+            if any(b"ds4-server" in arg for arg in processes.cmdline(p.pid))
+            and str(root).encode() in b"\0".join(processes.cmdline(p.pid))}

@@ -1,15 +1,22 @@
-"""End-to-end fixtures: a real git repository of the simulated engine, real make, supervisord and HTTP.
+"""Shared fixtures, and which tests are slow.
 
-Every converge runs the real `ds4-converge` command in a subprocess, as a person would (see boxes.py).
+End-to-end fixtures: a real git repository of the simulated engine, real make, supervisord and HTTP; every
+converge runs the real `ds4-converge` command in a subprocess, as a person would (see boxes.py). The fake host
+(fakehost.py) serves both the fact executor and the real CLI.
+
+Slow (`-m "not slow"` leaves them out; `make test-fast` does): every test under an end-to-end folder, and every
+test that uses a fixture which starts real things (a box, the engine's git repository, the CLI on a fake host).
 """
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
 
 from boxes import REPO, Box, free_port
+from fakehost import FakeHost
 
 
 def _make_sim_repo():
@@ -17,6 +24,27 @@ def _make_sim_repo():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+SLOW_FOLDERS = {"e2e", "engine_sim", "fleet"}
+SLOW_FIXTURES = {"box", "served_box", "sim_repo", "builds", "start", "upstream", "fork", "fake"}
+
+
+def pytest_ignore_collect(collection_path, config):
+    """With -m "not slow", an all-slow folder is not even imported (make test-fast stays fast)."""
+    if config.getoption("markexpr", "").replace(" ", "") == "notslow":
+        parts = Path(collection_path).relative_to(REPO / "tests").parts if Path(collection_path).is_relative_to(
+            REPO / "tests") else ()
+        if parts and parts[0] in SLOW_FOLDERS:
+            return True
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        folder = Path(str(item.fspath)).relative_to(REPO / "tests").parts[0]
+        if folder in SLOW_FOLDERS or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -41,3 +69,18 @@ def served_box(tmp_path_factory, sim_repo):
     assert rc == 0, document
     yield made
     made.stop()
+
+
+@pytest.fixture
+def fakehost(tmp_path) -> FakeHost:
+    """The fake host's tools in a tmp dir, on nobody's PATH: for FactRunner(path=…) tests."""
+    return FakeHost(tmp_path / "fakehost")
+
+
+@pytest.fixture
+def fake(fakehost, monkeypatch) -> FakeHost:
+    """The fake host's tools first on PATH (the host's own nvcc/nvidia-smi hidden) for every CLI run of the test."""
+    monkeypatch.setenv("PATH", fakehost.environ_path(os.environ["PATH"]))
+    for name in ("CUDA_HOME", "NVCC", "CUDA_PATH", "LD_LIBRARY_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    return fakehost

@@ -16,12 +16,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ds4_converge.cli.exit_codes import FAILED, INVALID, OK
 from ds4_converge.facts import HostFacts, gather_host_facts
 from ds4_converge.preflight.rules import GB10, sm_arch
 from ds4_converge.units import GIB, gib
 from ds4_converge.toolchain.select import compat_package
 
-OK, FAILED, INVALID = 0, 1, 2
 
 HF_REPO = "antirez/deepseek-v4-gguf"
 Q2_IMATRIX = "DeepSeek-V4-Flash-IQ2XXS-w2Q2K-AProjQ8-SExpQ8-OutQ8-chat-v2-imatrix.gguf"

@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 from ds4_converge.cli import report
+from ds4_converge.cli.exit_codes import FAILED, INVALID, LOCKED, OK
 from ds4_converge.core.context import Context, make_context
 from ds4_converge.spec.hostpaths import UnknownVariable
 from ds4_converge.core.lock import LockHeld, RunLock
 from ds4_converge.spec.loader import SpecInvalid, load_spec, schema_json
 
-OK, FAILED, INVALID, LOCKED = 0, 1, 2, 3
 COMMANDS = ("validate", "schema", "status", "stop", "logs", "rollback", "facts", "init")
 
 

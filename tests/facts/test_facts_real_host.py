@@ -43,9 +43,9 @@ def test_port_holders_has_cmdline(listening):
     assert holder.cmdline and "pytest" in " ".join(holder.cmdline)
 
 
-def test_fallback_used_when_ss_is_missing(fakes, local, listening):
-    (fakes.tools / "ss").unlink(missing_ok=True)
-    facts = gather_host_facts(port=listening, runner=fakes.runner(), cuda_globs=[str(local / "cuda*")],
+def test_fallback_used_when_ss_is_missing(fakehost, local, listening):
+    (fakehost.tools / "ss").unlink(missing_ok=True)
+    facts = gather_host_facts(port=listening, runner=fakehost.runner(), cuda_globs=[str(local / "cuda*")],
                               cuda_link=str(local / "cuda"))
     assert facts.status("port.SsListeners") == "missing"
     assert facts.status("port.ProcNetListeners") == "ok"
@@ -88,7 +88,7 @@ def test_gather_host_facts_on_this_machine(tmp_path, listening):
     assert HostFacts.from_json(text) == facts
 
 
-def test_unknown_service_user_is_none(fakes, local):
+def test_unknown_service_user_is_none(fakehost, local):
     facts = gather_host_facts(port=1, service_user="no-such-user-ds4", runner=FactRunner(),
                               cuda_globs=[str(local / "cuda*")], cuda_link=str(local / "cuda"))
     assert facts.service_passwd is None and facts.service_home is None

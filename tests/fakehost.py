@@ -1,11 +1,18 @@
-"""Fake host tools for preflight tests: hand-built facts for the pure rules, and fake executables
-(``nvidia-smi``, ``nvcc``, ``df``, ``apt-get``) first on PATH for the real CLI."""
+"""The one fake host of the tests: hand-built facts for the pure rules, and fake executables (``nvidia-smi``,
+``nvcc``, ``df``, ``apt-get``) for the fact executor and for the real CLI.
+
+* hand-built facts: :func:`host`, :func:`cuda`, :func:`toolkit`, :func:`disk`, :func:`listener`, :func:`spec`;
+* :class:`FakeHost`: a tmp dir of fake tools. ``runner()`` is a FactRunner whose PATH holds them and links to
+  the real system tools only (never the host's own nvcc); ``environ_path()`` is a PATH for the real CLI with them
+  first (the ``fake`` fixture sets it).
+"""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
-from ds4_converge.facts import HostFacts, Version
+from ds4_converge.facts import FactRunner, HostFacts, Version
 from ds4_converge.facts.cuda import CudaFacts, CudaLink, CudaToolkit, Nvcc
 from ds4_converge.facts.disk import DiskSpace
 from ds4_converge.facts.gpu import DriverInfo, Gpu
@@ -13,7 +20,6 @@ from ds4_converge.facts.memory import MemoryInfo
 from ds4_converge.facts.port import Listener
 from ds4_converge.facts.users import PasswdEntry
 from ds4_converge.spec.model import Spec
-from fake_tools import SMI_HEADER, write_exe
 
 GIB = 1024**3
 HIDDEN = ("nvcc", "nvidia-smi")
@@ -91,27 +97,50 @@ def listener(pid: int | None, command: str | None = None, cmdline=None, port: in
 
 # --------------------------------------------------------------------------------------- fake executables
 
+SMI_HEADER = """\
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI {driver:<22} Driver Version: {driver:<14} CUDA Version: {cuda:<8}|
++-----------------------------------------+------------------------+----------------------+
+|   0  {name:<34}On  |   0000000F:01:00.0  On |                  N/A |
++-----------------------------------------+------------------------+----------------------+
+"""
+#: what a FactRunner's PATH links to besides the fakes: never the host's own nvcc or nvidia-smi
+SYSTEM_TOOLS = ("sh", "readlink", "dirname", "cat", "df", "ls", "uname", "env", "id", "getent", "ss", "sleep")
 
 
-
+def write_exe(path: Path, body: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
 
 
 class FakeHost:
-    """A tmp dir holding fake tools; ``path`` is what goes first on PATH (see :meth:`environ_path`)."""
+    """A tmp dir holding fake tools: ``bin`` (nvidia-smi, df, apt-get), ``usr_bin`` (a stale distro nvcc),
+    ``local`` (stands in for /usr/local: cuda-X.Y dirs and the cuda link)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.bin = root / "bin"          # nvidia-smi, df, apt-get
-        self.usr_bin = root / "usr/bin"  # a stale distro nvcc lives here
-        self.local = root / "local"      # stands in for /usr/local (cuda-X.Y dirs, the cuda link)
+        self.bin = root / "bin"
+        self.usr_bin = root / "usr/bin"
+        self.local = root / "local"
         for d in (self.bin, self.usr_bin, self.local):
             d.mkdir(parents=True, exist_ok=True)
         self.calls = root / "calls.log"
 
-    # --- GPUs
-    def gpu(self, name: str, cap: str, driver: str = "580.95.05", cuda: str = "13.0") -> None:
+    def dir(self, name: str) -> Path:
+        d = self.root / name
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def exe(self, path: Path, body: str) -> Path:
+        return write_exe(path, body)
+
+    # --- GPUs (nvidia-smi goes into ``bin`` unless told otherwise)
+    def gpu(self, name: str, cap: str, driver: str = "580.95.05", cuda: str = "13.0", *,
+            bindir: Path | None = None) -> Path:
         header = SMI_HEADER.format(driver=driver, cuda=cuda, name=name)
-        write_exe(self.bin / "nvidia-smi", f"""\
+        return write_exe((bindir or self.bin) / "nvidia-smi", f"""\
 case "$1" in
   --query-gpu=*) printf '%s\\n' '{name}, {cap}, {driver}' ;;
   *) cat <<'EOF'
@@ -126,29 +155,37 @@ esac
     def h200(self, cuda: str = "13.0") -> None:
         self.gpu("NVIDIA H200", "9.0", "580.95.05", cuda)
 
-    def no_gpu(self) -> None:
-        write_exe(self.bin / "nvidia-smi", "echo 'No devices were found'\nexit 6\n")
+    def no_gpu(self, *, bindir: Path | None = None) -> Path:
+        return write_exe((bindir or self.bin) / "nvidia-smi", "echo 'No devices were found'\nexit 6\n")
+
+    def driver_down(self, *, bindir: Path | None = None) -> Path:
+        return write_exe((bindir or self.bin) / "nvidia-smi",
+                         "echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"\n"
+                         "exit 9\n")
 
     # --- CUDA
-    def nvcc(self, bindir: Path, release: str) -> Path:
+    def nvcc(self, bindir: Path, release: str, build: str | None = None, rc: int = 0) -> Path:
+        build = build or f"{release}.51"
         text = ("nvcc: NVIDIA (R) Cuda compiler driver\\n"
-                f"Cuda compilation tools, release {release}, V{release}.51\\n")
-        return write_exe(bindir / "nvcc", f"printf '{text}'\n")
+                "Copyright (c) 2005-2026 NVIDIA Corporation\\n"
+                f"Cuda compilation tools, release {release}, V{build}\\n")
+        return write_exe(bindir / "nvcc", f"printf '{text}'\nexit {rc}\n")
 
     def stale_nvcc(self, release: str = "12.0") -> Path:
         """A distro ``/usr/bin/nvcc`` (outside any toolkit dir), first on PATH."""
         return self.nvcc(self.usr_bin, release)
 
-    def toolkit(self, version: str, *, compat: bool = False) -> Path:
+    def toolkit(self, version: str, *, compat: bool = False, compat_driver: str = "595.45.04") -> Path:
+        """``local/cuda-<version>/bin/nvcc``, and with ``compat`` a ``compat/libcuda.so*`` of ``compat_driver``."""
         tk = self.local / f"cuda-{version}"
         self.nvcc(tk / "bin", version)
         if compat:
             (tk / "compat").mkdir()
-            (tk / "compat" / "libcuda.so.595.45.04").write_bytes(b"")
-            (tk / "compat" / "libcuda.so.1").symlink_to("libcuda.so.595.45.04")
+            (tk / "compat" / f"libcuda.so.{compat_driver}").write_bytes(b"")
+            (tk / "compat" / "libcuda.so.1").symlink_to(f"libcuda.so.{compat_driver}")
         return tk
 
-    def link(self, target: Path) -> Path:
+    def link(self, target: Path | str) -> Path:
         link = self.local / "cuda"
         if link.is_symlink():
             link.unlink()
@@ -175,7 +212,24 @@ done
     def called(self) -> str:
         return self.calls.read_text() if self.calls.exists() else ""
 
-    # --- where the CLI looks
+    # --- the fact executor
+    @property
+    def tools(self) -> Path:
+        """A dir of links to the real system tools only (no host nvcc/nvidia-smi)."""
+        tools = self.root / "systools"
+        if not tools.exists():
+            tools.mkdir()
+            for tool in SYSTEM_TOOLS:
+                real = shutil.which(tool)
+                if real:
+                    (tools / tool).symlink_to(real)
+        return tools
+
+    def runner(self, *path_dirs: Path, **kw) -> FactRunner:
+        """PATH = the given dirs, then :attr:`tools`."""
+        return FactRunner(path=[*path_dirs, self.tools], **kw)
+
+    # --- the real CLI
     def set_args(self) -> list[str]:
         return ["--set", f"toolchain.search=[{self.local}/cuda*]", "--set", f"toolchain.cuda_link={self.local}/cuda"]
 
@@ -194,5 +248,3 @@ done
                 d = str(shadow)
             dirs.append(d)
         return os.pathsep.join(dirs)
-
-
