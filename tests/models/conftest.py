@@ -169,6 +169,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _reply(self, path: str, status: int, body: bytes, headers: dict) -> None:
         st = self.state
+        # recorded before a single byte of the answer leaves: the client's next request (maybe on another
+        # connection, so another server thread) can only come after, so `requests` is in the client's order
+        served = Served(path, CaseInsensitiveDict(self.headers.items()), status)
+        st.requests.append(served)
         self.send_response(status)
         for name, value in headers.items():
             self.send_header(name, value)
@@ -179,8 +183,6 @@ class _Handler(BaseHTTPRequestHandler):
         if cut is not None:
             st.cut_after, payload = None, body[:cut]
             self.close_connection = True  # the client sees fewer bytes than Content-Length
-        served = Served(path, CaseInsensitiveDict(self.headers.items()), status)
-        st.requests.append(served)
         try:
             self.wfile.write(payload)
             self.wfile.flush()
