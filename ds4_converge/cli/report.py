@@ -4,17 +4,28 @@ from __future__ import annotations
 import json
 import sys
 
-from rich.console import Console
-from rich.table import Table
-
 STYLE = {"ok": "green", "changed": "yellow", "failed": "bold red", "skipped": "cyan"}
 
 
-def console(stream=None) -> Console:
-    return Console(file=stream or sys.stdout, highlight=False, soft_wrap=True)
+class _LazyConsole:
+    """A rich Console made on first use: a run that prints only JSON never imports rich."""
+
+    def __init__(self, stream) -> None:
+        self._stream, self._console = stream, None
+
+    def __getattr__(self, name):
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(file=self._stream or sys.stdout, highlight=False, soft_wrap=True)
+        return getattr(self._console, name)
 
 
-def print_outcome(outcome, out: Console, *, check: bool) -> None:
+def console(stream=None):
+    return _LazyConsole(stream)
+
+
+def print_outcome(outcome, out, *, check: bool) -> None:
     for result in outcome.results:
         label = result.status
         out.print(f"[{STYLE[label]}]{label:<8}[/] {result.name:<10} {_escape(result.msg)}")
@@ -43,7 +54,9 @@ def print_json(document: dict, stream=None) -> None:
     (stream or sys.stdout).write(json.dumps(document, indent=2, sort_keys=False) + "\n")
 
 
-def status_table(status: dict, out: Console) -> None:
+def status_table(status: dict, out) -> None:
+    from rich.table import Table
+
     table = Table(show_header=False, box=None)
     for key, value in status.items():
         table.add_row(key, _escape(str(value)))

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ds4_converge.engine.server_args import ModelPaths
     from ds4_converge.facts import HostFacts
     from ds4_converge.models.digests import DigestCache
+    from ds4_converge.service.render import RenderCache
     from ds4_converge.service.supervisor import Supervisor
 
 
@@ -71,12 +72,20 @@ class Context:
 
         return PinCache(self.layout.cache / "pins.json")
 
+    @cached_property
+    def renders(self) -> RenderCache:
+        """The config texts rendered last time, by what they were rendered from: a no-op needs no jinja2."""
+        from ds4_converge.service.render import RenderCache
+
+        return RenderCache(self.layout.cache / "rendered.json")
+
     def remember_learned(self) -> None:
-        """Write what planning learned (digests, tag commits): caches, never a change of what serves. Only
+        """Write what planning learned (digests, tag commits, rendered texts): caches, never a change of what
+        serves. Only
         outside --check, and only into a root that exists (a run refused before any change leaves no trace)."""
         if self.check or not self.layout.root.exists():
             return
-        for cache in ("digests", "pins"):
+        for cache in ("digests", "pins", "renders"):
             if cache in self.__dict__:  # opened during this run
                 self.__dict__[cache].flush()
 

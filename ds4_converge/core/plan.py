@@ -7,7 +7,6 @@ actions, in order (:func:`apply`): nothing is rendered, stat'ed or decided again
 """
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -43,6 +42,8 @@ class Change:
     def unified_diff(self) -> str:
         if self.before is None and self.after is None:
             return ""
+        import difflib  # only for --diff and failures
+
         before = (self.before or "").splitlines(keepends=True)
         after = (self.after or "").splitlines(keepends=True)
         lines = difflib.unified_diff(before, after, fromfile=f"before: {self.what}", tofile=f"after: {self.what}")

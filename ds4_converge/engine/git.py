@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-import tarfile
 from pathlib import Path
 
 from ds4_converge.core.shell import CommandFailed, run
@@ -92,6 +91,8 @@ class EngineRepo:
 
     def export(self, commit: str, dest: Path) -> None:
         """A clean tree of exactly this commit: no objects from another build can leak in."""
+        import tarfile  # only when building
+
         dest.mkdir(parents=True)
         archive = dest.parent / f".{dest.name}.tar"
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from ds4_converge.facts.arch import Architecture
@@ -96,41 +97,48 @@ def gather_host_facts(
     + cuda_globs / cuda_link: toolkit dirs and the ``CUDA_HOME`` default link (tests point these at tmp).
     """
     rec = _Recorder(runner or FactRunner())
-
-    # CUDA: layout, then one nvcc --version per distinct binary
-    layout = rec.value(CudaLayoutProbe(globs=tuple(cuda_globs), link=cuda_link))
-    releases: dict[str, NvccRelease | None] = {p: rec.value(NvccVersion(path=p)) for p in nvcc_paths(layout)}
-
-    # disk
     root_s = os.fspath(root)
     dirs = [os.fspath(d) for d in model_dirs]
-    wanted = _unique([root_s, *dirs])
-    ancestors = rec.value(ExistingAncestors(paths=tuple(wanted)))
-    measured = _unique([ancestors[p] for p in wanted if p in ancestors])
-    entries = rec.value(DiskFree(paths=tuple(measured))) if measured else []
-    disks = assemble_disk(wanted, ancestors, measured, entries)
 
-    # port
-    listeners = port_holders(port, run=rec)
+    def cuda() -> CudaFacts:  # layout, then one nvcc --version per distinct binary
+        layout = rec.value(CudaLayoutProbe(globs=tuple(cuda_globs), link=cuda_link))
+        releases: dict[str, NvccRelease | None] = {p: rec.value(NvccVersion(path=p)) for p in nvcc_paths(layout)}
+        return assemble_cuda(layout, releases)
 
-    # user
-    user = service_user or rec.value(CurrentUser())
-    passwd = rec.value(Passwd(user=user)) if user else None
+    def disks() -> dict[str, DiskSpace]:
+        wanted = _unique([root_s, *dirs])
+        ancestors = rec.value(ExistingAncestors(paths=tuple(wanted)))
+        measured = _unique([ancestors[p] for p in wanted if p in ancestors])
+        entries = rec.value(DiskFree(paths=tuple(measured))) if measured else []
+        return assemble_disk(wanted, ancestors, measured, entries)
 
+    def user() -> tuple[str | None, PasswdEntry | None]:
+        name = service_user or rec.value(CurrentUser())
+        return name, (rec.value(Passwd(user=name)) if name else None)
+
+    # independent chains of commands, run side by side: a run waits for the slowest chain, not for their sum
+    chains = {"cuda": cuda, "disks": disks, "user": user, "listeners": lambda: port_holders(port, run=rec),
+              "arch": lambda: rec.value(Architecture()), "gpus": lambda: rec.value(NvidiaGpus()),
+              "driver": lambda: rec.value(NvidiaDriver()), "build_env": lambda: rec.value(BuildEnvironment()),
+              "memory": lambda: rec.value(Memory())}
+    with ThreadPoolExecutor(max_workers=len(chains)) as pool:
+        futures = {name: pool.submit(chain) for name, chain in chains.items()}
+    got = {name: future.result() for name, future in futures.items()}
+    user_name, passwd = got["user"]
+    disk = got["disks"]
     return HostFacts(
-        arch=rec.value(Architecture()),
-        gpus=rec.value(NvidiaGpus()),
-        driver=rec.value(NvidiaDriver()),
-        cuda=assemble_cuda(layout, releases),
-        build_env=rec.value(BuildEnvironment()),
-        memory=rec.value(Memory()),
+        arch=got["arch"],
+        gpus=got["gpus"],
+        driver=got["driver"],
+        cuda=got["cuda"],
+        build_env=got["build_env"],
+        memory=got["memory"],
         root=root_s,
-        disk_root=disks.get(root_s),
-        disk_models={d: disks[d] for d in dirs if d in disks},
+        disk_root=disk.get(root_s),
+        disk_models={d: disk[d] for d in dirs if d in disk},
         port=port,
-        listeners=listeners,
-        service_user=user,
+        listeners=got["listeners"],
+        service_user=user_name,
         service_passwd=passwd,
-        probes=rec.probes,
+        probes=dict(sorted(rec.probes.items())),  # the same order whichever chain finished first
     )
-

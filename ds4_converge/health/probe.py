@@ -5,14 +5,15 @@ deadline; a process that exits, a wrong model list or a wrong answer fail at onc
 """
 from __future__ import annotations
 
+import http.client
+import json
+import socket
 import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
-import requests
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
-
-from ds4_converge.spec.model import Smoke
 from ds4_converge.errors import Ds4Error
+from ds4_converge.spec.model import Smoke
 
 MODEL_ID = "deepseek-v4-flash"
 
@@ -34,22 +35,38 @@ class ProbeTarget:
     smoke: Smoke | None
 
 
+def _request(endpoint: str, method: str, path: str, timeout: float, body: dict | None = None) -> tuple[int, str]:
+    """(status, text) of one plain-HTTP request to the engine on this host. http.client and not requests: the
+    probe of every no-op run stays free of requests' import time, and the engine speaks plain HTTP/1.1."""
+    url = urlsplit(endpoint)
+    connection = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=timeout)
+    try:
+        payload = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"} if payload is not None else {}
+        connection.request(method, path, body=payload, headers=headers)
+        response = connection.getresponse()
+        return response.status, response.read().decode("utf-8", "replace")
+    finally:
+        connection.close()
+
+
 def check_models(endpoint: str, timeout: float = 10) -> dict:
     try:
-        response = requests.get(f"{endpoint}/v1/models", timeout=timeout)
-    except requests.ConnectionError:
-        raise NotReady("not listening yet (loading)") from None
-    except requests.Timeout:
+        status, text = _request(endpoint, "GET", "/v1/models", timeout)
+    except (socket.timeout, TimeoutError):
         raise NotReady("/v1/models timed out") from None
-    if response.status_code != 200:
-        raise NotReady(f"/v1/models answered {response.status_code}")
+    except (ConnectionError, OSError, http.client.HTTPException):
+        raise NotReady("not listening yet (loading)") from None
+    if status != 200:
+        raise NotReady(f"/v1/models answered {status}")
     try:
-        ids = [m["id"] for m in response.json()["data"]]
+        document = json.loads(text)
+        ids = [m["id"] for m in document["data"]]
     except (ValueError, KeyError, TypeError):
-        raise Unhealthy(f"/v1/models answered 200 without a model list: {response.text[:200]!r}") from None
+        raise Unhealthy(f"/v1/models answered 200 without a model list: {text[:200]!r}") from None
     if MODEL_ID not in ids:
         raise Unhealthy(f"/v1/models lists {ids}, not {MODEL_ID}")
-    return response.json()
+    return document
 
 
 def smoke_test(endpoint: str, smoke: Smoke, timeout: float) -> str:
@@ -58,10 +75,11 @@ def smoke_test(endpoint: str, smoke: Smoke, timeout: float) -> str:
             "max_tokens": smoke.max_tokens, "stream": False, "temperature": 0,
             "thinking": {"type": "disabled"}}
     try:
-        response = requests.post(f"{endpoint}/v1/chat/completions", json=body, timeout=timeout)
-        response.raise_for_status()
-        content = response.json()["choices"][0]["message"].get("content") or ""
-    except (requests.RequestException, ValueError, KeyError, IndexError) as exc:
+        status, text = _request(endpoint, "POST", "/v1/chat/completions", timeout, body)
+        if status != 200:
+            raise Unhealthy(f"smoke completion failed: HTTP {status}: {text[:200]!r}")
+        content = json.loads(text)["choices"][0]["message"].get("content") or ""
+    except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise Unhealthy(f"smoke completion failed: {exc}") from None
     if smoke.expect.lower() not in content.lower():
         raise Unhealthy(f"smoke answer {content.strip()[:120]!r} does not contain {smoke.expect!r}")
@@ -70,6 +88,8 @@ def smoke_test(endpoint: str, smoke: Smoke, timeout: float) -> str:
 
 def wait_healthy(target: ProbeTarget, process_state, *, soak: bool = True) -> int:
     """Return the PID that passed. `process_state()` gives (statename, pid, detail) from the supervisor."""
+    from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
     started = time.monotonic()
 
     def alive() -> int:

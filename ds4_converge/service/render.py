@@ -1,14 +1,20 @@
-"""Render supervisord and systemd files with jinja2, so no value can break the INI file or the command line."""
+"""Render supervisord and systemd files with jinja2, so no value can break the INI file or the command line.
+
+A converged box renders the same text from the same values on every run: :class:`RenderCache` keeps each text
+under a digest of everything it came from (this module, the template, the values), so a no-op run compares
+its files without loading jinja2.
+"""
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 import shlex
 from functools import cache
-from importlib.resources import files
+from pathlib import Path
 
-import jinja2
-
-from ds4_converge.core.layout import Layout
+from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.errors import Ds4Error
 
 # configparser (as supervisor sets it up) starts an inline comment at ';' or '#' after whitespace
@@ -46,26 +52,85 @@ def command_line(argv: list[str]) -> str:
 
 
 @cache
-def _templates() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(files("ds4_converge.templates"))),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
-                             finalize=ini_value)
-    return env
+def _templates():
+    import jinja2
+    from importlib.resources import files
+
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(files("ds4_converge.templates"))),
+                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
+                              finalize=ini_value)
 
 
-def supervisord_conf(layout: Layout, *, nodaemon: bool = False) -> str:
-    return _templates().get_template("supervisord.conf.j2").render(
+def _render(template: str, values: dict) -> str:
+    return _templates().get_template(template).render(**values)
+
+
+@cache
+def _source(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+class RenderCache:
+    """JSON file {"version": 1, "texts": {digest: text}}. Only texts used by the last run that flushed are kept,
+    so it never grows; unreadable means empty. Learned in memory, written by :meth:`flush`."""
+
+    VERSION = 1
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self._texts: dict[str, str] | None = None
+        self._used: dict[str, str] = {}
+
+    def render(self, template: str, values: dict) -> str:
+        digest = hashlib.sha256(b"\0".join([
+            _source(Path(__file__).resolve()), _source(_template_path(template)),
+            json.dumps(values, sort_keys=True, default=str).encode()])).hexdigest()
+        text = self._load().get(digest)
+        if text is None:
+            text = _render(template, values)
+        self._used[digest] = text
+        return text
+
+    def flush(self) -> None:
+        if self._used and self._used != self._load():
+            write_atomic(self.path, json.dumps({"version": self.VERSION, "texts": self._used}, indent=1,
+                                               sort_keys=True) + "\n")
+            self._texts = dict(self._used)
+
+    def _load(self) -> dict[str, str]:
+        if self._texts is None:
+            try:
+                data = json.loads(self.path.read_text())
+                texts = data["texts"] if data.get("version") == self.VERSION else {}
+                self._texts = {k: v for k, v in texts.items() if isinstance(k, str) and isinstance(v, str)}
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                self._texts = {}
+        return self._texts
+
+
+@cache
+def _template_path(template: str) -> Path:
+    from importlib.resources import files
+
+    return Path(str(files("ds4_converge.templates") / template))  # where jinja2 loads it from
+
+
+def _via(cache: RenderCache | None, template: str, values: dict) -> str:
+    return cache.render(template, values) if cache is not None else _render(template, values)
+
+
+def supervisord_conf(layout: Layout, *, nodaemon: bool = False, cache: RenderCache | None = None) -> str:
+    return _via(cache, "supervisord.conf.j2", dict(
         socket=layout.socket, logs=layout.logs, pidfile=layout.supervisord_pid, root=layout.root,
-        programs=layout.program_dir, nodaemon=nodaemon)
+        programs=layout.program_dir, nodaemon=nodaemon))
 
 
 def program_conf(*, name: str, release: str, argv: list[str], directory: str, log: str, user: str | None,
-                 stop_wait_s: int) -> str:
-    return _templates().get_template("program.conf.j2").render(
+                 stop_wait_s: int, cache: RenderCache | None = None) -> str:
+    return _via(cache, "program.conf.j2", dict(
         name=name, release=release, command=command_line(argv), directory=directory, log=log, user=user,
-        stop_wait_s=stop_wait_s)
+        stop_wait_s=stop_wait_s))
 
 
-def systemd_unit(*, name: str, command: str, stop_wait_s: int) -> str:
-    return _templates().get_template("systemd.service.j2").render(name=name, command=command,
-                                                                  stop_wait_s=stop_wait_s)
+def systemd_unit(*, name: str, command: str, stop_wait_s: int, cache: RenderCache | None = None) -> str:
+    return _via(cache, "systemd.service.j2", dict(name=name, command=command, stop_wait_s=stop_wait_s))

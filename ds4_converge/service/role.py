@@ -34,7 +34,7 @@ def desired_deployment(ctx: Context) -> Deployment:
     try:
         conf = render.program_conf(name=server.name, release=ctx.release.id, argv=command,
                                    directory=str(ctx.release.path), log=str(ctx.layout.engine_log(server.name)),
-                                   user=server.user, stop_wait_s=server.stop_wait_s)
+                                   user=server.user, stop_wait_s=server.stop_wait_s, cache=ctx.renders)
     except render.UnsafeValue as exc:
         raise RoleFailed(f"cannot render the program config: {exc}") from None
     files = [str(p) for p in (ctx.models.main, ctx.models.mtp, ctx.models.dspark) if p]
@@ -60,7 +60,7 @@ def _read(path: Path) -> str | None:
 def plan(ctx: Context) -> RolePlan:
     name, layout, supervisor = ctx.spec.server.name, ctx.layout, ctx.supervisor
     changes: list[Change] = []
-    main_conf = render.supervisord_conf(layout)
+    main_conf = render.supervisord_conf(layout, cache=ctx.renders)
     if _read(layout.supervisord_conf) != main_conf:
         changes.append(Change(str(layout.supervisord_conf), _read(layout.supervisord_conf), main_conf,
                               action=partial(_write_config, path=layout.supervisord_conf, text=main_conf)))
@@ -120,7 +120,7 @@ def _unit(ctx: Context) -> str:
     return render.systemd_unit(name=ctx.spec.server.name,
                                command=render.command_line(supervisord_argv(ctx.layout.supervisord_conf,
                                                                             foreground=True)),
-                               stop_wait_s=ctx.spec.server.stop_wait_s)
+                               stop_wait_s=ctx.spec.server.stop_wait_s, cache=ctx.renders)
 
 
 # ------------------------------------------------------------------------------------- what applying does

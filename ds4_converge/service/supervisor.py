@@ -1,8 +1,10 @@
 """Drive supervisord through its XML-RPC API on a unix socket: never by parsing supervisorctl text."""
 from __future__ import annotations
 
+import http.client
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -10,7 +12,6 @@ import xmlrpc.client
 from pathlib import Path
 
 from supervisor.states import ProcessStates
-from supervisor.xmlrpc import Faults, SupervisorTransport
 
 from ds4_converge.core.layout import Layout
 from ds4_converge.errors import Ds4Error
@@ -37,13 +38,42 @@ def daemon_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k in KEPT_ENV}
 
 
+def _faults():
+    """supervisor's fault codes; imported only when a fault is read (supervisor.xmlrpc is slow to import)."""
+    from supervisor.xmlrpc import Faults
+
+    return Faults
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self._path)
+
+
+class _UnixTransport(xmlrpc.client.Transport):
+    """XML-RPC over supervisord's unix socket: what supervisor.xmlrpc.SupervisorTransport does for us, from the
+    standard library alone, so every run does not pay for importing supervisor's HTTP server modules."""
+
+    def __init__(self, path: Path, timeout: float = 300):
+        super().__init__()
+        self._path, self._timeout = str(path), timeout
+
+    def make_connection(self, host):
+        return _UnixConnection(self._path, self._timeout)
+
+
 class Supervisor:
     def __init__(self, layout: Layout):
         self.layout = layout
 
     def _rpc(self):
-        transport = SupervisorTransport(None, None, f"unix://{self.layout.socket}")
-        return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport).supervisor
+        return xmlrpc.client.ServerProxy("http://localhost", transport=_UnixTransport(self.layout.socket)).supervisor
 
     def is_running(self) -> bool:
         if not self.layout.socket.exists():
@@ -89,7 +119,7 @@ class Supervisor:
         try:
             return self._rpc().getProcessInfo(name)
         except xmlrpc.client.Fault as fault:
-            if fault.faultCode == Faults.BAD_NAME:
+            if fault.faultCode == _faults().BAD_NAME:
                 return None
             raise
 
@@ -121,7 +151,7 @@ class Supervisor:
         try:
             self._rpc().stopProcess(name, True)
         except xmlrpc.client.Fault as fault:
-            if fault.faultCode != Faults.NOT_RUNNING:
+            if fault.faultCode != _faults().NOT_RUNNING:
                 raise
         if pgid:
             wait_group_gone(pgid, grace)
@@ -143,7 +173,7 @@ class Supervisor:
             try:
                 rpc.startProcess(name, False)
             except xmlrpc.client.Fault as fault:
-                if fault.faultCode != Faults.ALREADY_STARTED:
+                if fault.faultCode != _faults().ALREADY_STARTED:
                     raise
 
     def remove(self, name: str) -> None:
@@ -152,7 +182,7 @@ class Supervisor:
         try:
             rpc.removeProcessGroup(name)
         except xmlrpc.client.Fault as fault:
-            if fault.faultCode != Faults.BAD_NAME:
+            if fault.faultCode != _faults().BAD_NAME:
                 raise
 
 

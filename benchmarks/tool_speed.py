@@ -1,0 +1,265 @@
+"""How fast the tool itself is: a no-op converge of spec/examples/sim.yaml against Ansible doing the same checks,
+what the no-op path imports, and what a restart costs beyond the engine's own load and soak.
+
+Everything is measured side by side in one run, interleaved (tool, Ansible, tool, …), so that the machine's load
+at that moment weighs on both alike; the ratios are what to read on a shared machine.
+
+  no-op      `ds4-converge spec/examples/sim.yaml` on a converged box (text output, and --json), and an
+             ansible-playbook on localhost doing the three checks a no-op needs (stat the model file, GET
+             /v1/models, a command asking git what the pinned tag is);
+  imports    `python -X importtime` of the no-op run: which heavy libraries it loads;
+  restart    runs that change server.ctx, so each restarts the engine: wall time minus the engine's load
+             (measured on its own: spawn to /v1/models answering) minus health.soak_s.
+
+    .venv/bin/python benchmarks/tool_speed.py                   # updates its sections in benchmarks/REPORT.md
+    .venv/bin/python benchmarks/tool_speed.py --runs 21 --restarts 7 --baseline /tmp/old-checkout --no-report
+
+--baseline DIR also times the no-op of another checkout of this repository (e.g. `git archive main | tar -x -C
+DIR`), with the same venv, interleaved with the rest.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import date
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SPEC = REPO / "spec" / "examples" / "sim.yaml"
+BIN = Path(sys.executable).parent
+HEAVY = ("numpy", "gguf", "huggingface_hub", "requests", "urllib3", "rich", "jinja2", "supervisor.xmlrpc",
+         "tenacity")
+NOOP_HEADING = "## Tool speed: no-op converge against Ansible"
+RESTART_HEADING = "## Tool speed: restart overhead"
+
+PLAYBOOK = """\
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: the model file is there
+      ansible.builtin.stat:
+        path: {model}
+        get_checksum: false
+      register: model
+      failed_when: not model.stat.exists
+    - name: the engine answers /v1/models
+      ansible.builtin.uri:
+        url: http://127.0.0.1:{port}/v1/models
+    - name: the pinned tag resolves
+      ansible.builtin.command: git -C {mirror} rev-parse v0.2.0
+      changed_when: false
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def timed(argv: list[str], env: dict | None = None, check_json: bool = False, cwd: Path | None = None) -> float:
+    started = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
+    elapsed = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    if check_json and json.loads(proc.stdout)["changed"]:
+        raise SystemExit(f"not a no-op: {proc.stdout}")
+    return elapsed
+
+
+class Box:
+    def __init__(self, work: Path):
+        self.root, self.port = work / "root", free_port()
+        self.sets = ["--set", f"paths.root={self.root}", "--set", f"server.port={self.port}"]
+
+    def argv(self, *extra: str, python: str = sys.executable) -> list[str]:
+        return [python, "-m", "ds4_converge.cli", str(SPEC), *self.sets, *extra]
+
+    def converge(self, *extra: str) -> dict:
+        proc = subprocess.run(self.argv("--json", *extra), capture_output=True, text=True)
+        document = json.loads(proc.stdout)
+        if proc.returncode != 0:
+            raise SystemExit(f"converge failed: {document['error']}")
+        return document
+
+    def stop(self) -> None:
+        subprocess.run([sys.executable, "-m", "ds4_converge.cli", "stop", str(SPEC), *self.sets],
+                       capture_output=True)
+
+
+def measure_noop(box: Box, work: Path, runs: int, baseline: Path | None) -> dict:
+    state = json.loads((box.root / "state.json").read_text())["current"]
+    model = re.search(r" -m (\S+)", " ".join(state["command"])).group(1)
+    playbook = work / "noop.yml"
+    playbook.write_text(PLAYBOOK.format(model=model, port=box.port, mirror=REPO / "build" / "ds4-sim.git"))
+    ansible_env = {**os.environ, "ANSIBLE_LOCALHOST_WARNING": "false", "ANSIBLE_NOCOLOR": "1",
+                   "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"), "ANSIBLE_PYTHON_INTERPRETER": sys.executable}
+    cases = {
+        "ds4-converge (text)": lambda: timed(box.argv()),
+        "ds4-converge --json": lambda: timed(box.argv("--json"), check_json=True),
+        "ansible-playbook (stat, uri, command)": lambda: timed(
+            [str(BIN / "ansible-playbook"), "-i", "localhost,", str(playbook)], env=ansible_env),
+        "python -c pass (interpreter start)": lambda: timed([sys.executable, "-c", "pass"]),
+    }
+    if baseline is not None:
+        # run from there: `python -m` puts the working directory first on sys.path
+        env = {**os.environ, "PYTHONPATH": str(baseline)}
+        cases["ds4-converge --json, baseline checkout"] = lambda: timed(box.argv("--json"), env=env, cwd=baseline,
+                                                                         check_json=True)
+    times = {name: [] for name in cases}
+    for name, case in cases.items():  # warm the page cache once
+        case()
+    for _ in range(runs):
+        for name, case in cases.items():
+            times[name].append(case())
+    return {name: statistics.median(values) for name, values in times.items()} | {
+        f"{name} (max)": max(values) for name, values in times.items()}
+
+
+def imports(box: Box, *extra: str) -> tuple[list[str], float]:
+    """Heavy modules the no-op imports, and the total import time it reports (µs → s)."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", *box.argv(*extra)[1:]], capture_output=True,
+                          text=True)
+    loaded, total = set(), 0
+    for line in proc.stderr.splitlines():
+        match = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)", line)
+        if match:
+            loaded.add(match.group(4))
+            if not match.group(3).strip(" ") and len(match.group(3)) == 1:
+                total += int(match.group(2))
+    return sorted(m for m in HEAVY if m in loaded), total / 1e6
+
+
+def engine_load(box: Box) -> float:
+    """Spawn the served release's command as supervisord would, time it until /v1/models answers, stop it."""
+    state = json.loads((box.root / "state.json").read_text())["current"]
+    port = free_port()
+    command = list(state["command"])
+    command[command.index("--port") + 1] = str(port)
+    command = [a if not a.startswith("DS4_LOCK_FILE=") else f"DS4_LOCK_FILE={box.root}/run/bench.lock"
+               for a in command]
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1).read()
+                return time.perf_counter() - started
+            except OSError:
+                if proc.poll() is not None:
+                    raise SystemExit("the engine exited while loading")
+                time.sleep(0.02)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def measure_restart(box: Box, restarts: int) -> dict:
+    soak = 3.0  # health.soak_s of spec/examples/sim.yaml
+    loads, walls = [], []
+    for i in range(restarts):
+        loads.append(engine_load(box))
+        ctx = 16384 if i % 2 == 0 else 32768
+        started = time.perf_counter()
+        document = box.converge("--set", f"server.ctx={ctx}")
+        walls.append(time.perf_counter() - started)
+        service = next(r for r in document["roles"] if r["name"] == "service")
+        assert service["status"] == "changed", service
+    load, wall = statistics.median(loads), statistics.median(walls)
+    overheads = [w - load - soak for w in walls]
+    return {"load": load, "soak": soak, "wall": wall, "overhead": statistics.median(overheads),
+            "overhead_max": max(overheads)}
+
+
+def machine() -> str:
+    load = os.getloadavg()
+    return (f"{date.today()}, {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+            f"load average at the start {load[0]:.1f}")
+
+
+def noop_report(result: dict, json_imports: list[str], text_imports: list[str], runs: int, where: str) -> str:
+    tool, ansible = result["ds4-converge (text)"], result["ansible-playbook (stat, uri, command)"]
+    tool_json = result["ds4-converge --json"]
+    lines = [NOOP_HEADING, "",
+             f"`benchmarks/tool_speed.py`, {where}; medians of {runs} interleaved runs of each, wall time with "
+             f"process start, after one warm-up run each.", "",
+             "| command | median | max |", "|---|---|---|"]
+    for name in result:
+        if not name.endswith("(max)"):
+            lines.append(f"| {name} | {result[name]:.3f} s | {result[name + ' (max)']:.3f} s |")
+    lines += ["", f"Ansible / ds4-converge: **{ansible / tool:.1f}×** (text output), **{ansible / tool_json:.1f}×** "
+              f"(--json, what the fleet role runs).", ""]
+    if "ds4-converge --json, baseline checkout" in result:
+        base = result["ds4-converge --json, baseline checkout"]
+        lines += [f"Baseline checkout / this one (--json): {base / tool_json:.1f}×.", ""]
+    lines += [f"Heavy libraries imported by the no-op: --json {json_imports or 'none'}; text output "
+              f"{text_imports or 'none'} (of {', '.join(HEAVY)}).", ""]
+    return "\n".join(lines)
+
+
+def restart_report(result: dict, restarts: int, where: str) -> str:
+    return "\n".join([
+        RESTART_HEADING, "",
+        f"`benchmarks/tool_speed.py`, {where}; {restarts} runs alternating server.ctx, each a restart of the engine "
+        f"through the whole probe (smoke answer, {result['soak']:.0f} s soak).", "",
+        "| what | median |", "|---|---|",
+        f"| wall time of the converge that restarts | {result['wall']:.2f} s |",
+        f"| the engine's own load (spawn to /v1/models, measured alone) | {result['load']:.2f} s |",
+        f"| health.soak_s | {result['soak']:.2f} s |",
+        f"| **restart overhead** (wall − load − soak) | **{result['overhead']:.2f} s** (max "
+        f"{result['overhead_max']:.2f} s) |", ""])
+
+
+def write_section(heading: str, text: str) -> None:
+    path = REPO / "benchmarks" / "REPORT.md"
+    current = path.read_text() if path.exists() else "# Benchmark report\n\n"
+    if heading in current:
+        before, _, rest = current.partition(heading)
+        after = rest[rest.find("\n## "):] if "\n## " in rest else ""
+        current = before + text + after
+    else:
+        current = current.rstrip("\n") + "\n\n" + text
+    path.write_text(current)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--restarts", type=int, default=5)
+    parser.add_argument("--baseline", type=Path)
+    parser.add_argument("--no-report", action="store_true")
+    args = parser.parse_args()
+    where = machine()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        box = Box(work)
+        try:
+            box.converge()
+            noop = measure_noop(box, work, args.runs, args.baseline)
+            json_imports, _ = imports(box, "--json")
+            text_imports, _ = imports(box)
+            restart = measure_restart(box, args.restarts)
+        finally:
+            box.stop()
+    texts = {NOOP_HEADING: noop_report(noop, json_imports, text_imports, args.runs, where),
+             RESTART_HEADING: restart_report(restart, args.restarts, where)}
+    for heading, text in texts.items():
+        print(text)
+        if not args.no_report:
+            write_section(heading, text)
+
+
+if __name__ == "__main__":
+    main()
