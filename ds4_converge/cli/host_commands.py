@@ -25,7 +25,7 @@ from ds4_converge.toolchain.select import compat_package
 
 HF_REPO = "antirez/deepseek-v4-gguf"
 Q2_IMATRIX = "DeepSeek-V4-Flash-IQ2XXS-w2Q2K-AProjQ8-SExpQ8-OutQ8-chat-v2-imatrix.gguf"
-#: ~81 GB on disk (reference section 6); rounded up to GiB so the budget errs on the safe side.
+#: The published file is about 81 GB; counted as 81 GiB so that the budget errs on the safe side.
 Q2_IMATRIX_BYTES = 81 * GIB
 CTX_CHOICES = (262144, 131072, 65536, 32768)
 ENGINE_REPO = "https://github.com/Entrpi/ds4.git"

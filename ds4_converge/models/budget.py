@@ -1,7 +1,7 @@
 """Will the model set and context fit in host memory? Preflight arithmetic, before the engine is started.
 
-On a DGX Spark a model that does not fit is not a clean error: the OOM killer or a frozen host (field notes
-6.3), so we refuse up front. Figures come from engine knowledge (reference section 7):
+On a DGX Spark the GPU shares the host's memory: a model set that does not fit is not a clean error but the OOM
+killer or a host that stops answering, so we refuse up front. The engine's figures are in engine knowledge (kv):
   KV (startup "context buffers") = fixed raw SWA rows + ctx x (bytes_per_token + scratch_bytes_per_token)
   weights are the GGUF file sizes (the whole file is mapped).
 """
@@ -14,11 +14,6 @@ from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.units import GIB, gib
 
 OS_HEADROOM_BYTES = 8 * GIB
-# ds4_cuda.cu also goes managed when context buffers >= 8 GiB and free memory minus them would drop below a
-# reserve of 25 % of total memory, clamped to 8..40 GiB (reference section 7). Not in ds4.yaml yet.
-RESERVE_FRACTION = 0.25
-RESERVE_MIN_BYTES = 8 * GIB
-RESERVE_MAX_BYTES = 40 * GIB
 
 Level = Literal["ok", "warn", "error"]
 
@@ -69,7 +64,9 @@ def judge(budget: Budget, mem_total_bytes: int, headroom_bytes: int = OS_HEADROO
 
 
 def _managed_by_reserve(budget: Budget, mem_total_bytes: int) -> bool:
-    reserve = min(max(RESERVE_FRACTION * mem_total_bytes, RESERVE_MIN_BYTES), RESERVE_MAX_BYTES)
+    """The engine's second road to managed memory (engine knowledge: kv.managed_reserve)."""
+    rule = load_knowledge()["kv"]["managed_reserve"]
+    reserve = min(max(rule["fraction"] * mem_total_bytes, rule["min_bytes"]), rule["max_bytes"])
     free_after_weights = mem_total_bytes - budget.weights - budget.drafter
     return budget.kv >= budget.managed_threshold and free_after_weights - budget.kv < reserve
 

@@ -3,7 +3,7 @@
 Reads only the header, key/values and tensor names; tensor data is never touched. gguf.GGUFReader would do,
 but it decodes every tokenizer string: about 7 s for a 129k-token vocabulary, on every run. The lean reader
 below (the format's type constants, struct over an mmap) skips big arrays and takes milliseconds; the tests
-check it against GGUFReader. The rules come from engine knowledge (reference section 6):
+check it against GGUFReader. The rules come from engine knowledge (engine/knowledge/ds4.yaml):
 the main model is recognised by the keys ds4's config_validate_model() requires, an MTP file by its
 `mtp.0.*` tensor names, a DSpark drafter by `general.architecture = deepseek4-dspark`.
 """

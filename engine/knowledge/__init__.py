@@ -1,4 +1,4 @@
-"""What ds4-converge knows about the real ds4 engine (see engine/knowledge/ds4.yaml and shared reference)."""
+"""What ds4-converge knows about the real ds4 engine: engine/knowledge/ds4.yaml, written down in this repository."""
 from functools import cache
 from importlib.resources import files
 

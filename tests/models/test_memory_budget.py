@@ -15,7 +15,8 @@ SPARK_RAM = 128 * 10**9  # 119.2 GiB
     (1 << 20, 18 * GIB),
 ])
 def test_kv_estimate_matches_the_reference_table(ctx, reference_bytes):
-    """Reference section 7 table (rounded); the formula is 3-4 % below it at 256k-1M."""
+    """The context buffer sizes the engine logs at startup (rounded); the formula is 3-4 % below them at
+    256k-1M."""
     kv = estimate(Q2_WEIGHTS, ctx).kv
     assert kv == pytest.approx(reference_bytes, rel=0.04)
 
