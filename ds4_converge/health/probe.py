@@ -22,6 +22,15 @@ class NotReady(Ds4Error):
     """Temporary: try again until the deadline."""
 
 
+class NotListening(NotReady):
+    """Nothing accepts connections on the port yet: the engine is still loading."""
+
+
+#: how soon a port that refused the connection is tried again: a refused connect costs the engine nothing, and the
+#: engine binds only once loaded, so this is how late after its load a new engine is seen
+LISTEN_POLL_S = 0.05
+
+
 class Unhealthy(Ds4Error):
     """Permanent: revert now."""
 
@@ -56,7 +65,7 @@ def check_models(endpoint: str, timeout: float = 10) -> dict:
     except (socket.timeout, TimeoutError):
         raise NotReady("/v1/models timed out") from None
     except (ConnectionError, OSError, http.client.HTTPException):
-        raise NotReady("not listening yet (loading)") from None
+        raise NotListening("not listening yet (loading)") from None
     if status != 200:
         raise NotReady(f"/v1/models answered {status}")
     try:
@@ -88,7 +97,7 @@ def smoke_test(endpoint: str, smoke: Smoke, timeout: float) -> str:
 
 def wait_healthy(target: ProbeTarget, process_state, *, soak: bool = True) -> int:
     """Return the PID that passed. `process_state()` gives (statename, pid, detail) from the supervisor."""
-    from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+    from tenacity import Retrying, retry_if_exception_type, stop_after_delay
 
     started = time.monotonic()
 
@@ -105,7 +114,12 @@ def wait_healthy(target: ProbeTarget, process_state, *, soak: bool = True) -> in
             raise NotReady("answers, but supervisord has not counted it as started yet")
         return pid
 
-    retrying = Retrying(stop=stop_after_delay(target.deadline_s), wait=wait_fixed(target.interval_s),
+    def pause(retry_state) -> float:
+        # health.interval_s between probes that reach the engine; a port still closed is tried again soon
+        refused = isinstance(retry_state.outcome.exception(), NotListening)
+        return min(target.interval_s, LISTEN_POLL_S) if refused else target.interval_s
+
+    retrying = Retrying(stop=stop_after_delay(target.deadline_s), wait=pause,
                         retry=retry_if_exception_type(NotReady), reraise=True)
     try:
         pid = retrying(ready)
