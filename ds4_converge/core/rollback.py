@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from ds4_converge.core.context import Context
 from ds4_converge.core.plan import RoleResult
-from ds4_converge.health.probe import Unhealthy, wait_healthy
-from ds4_converge.core.reconciler import Outcome
+from ds4_converge.core.reconciler import APPLY_ERRORS, Outcome
 from ds4_converge.health import role as probe
+from ds4_converge.health.probe import Unhealthy, wait_healthy
 from ds4_converge.service import role as service
 
 
@@ -18,13 +18,16 @@ def rollback(ctx: Context) -> Outcome:
     if target is None:
         why = "no earlier good release recorded" if on_last_good else "no last good release recorded"
         return Outcome(ok=False, error=f"rollback: {why}", results=[RoleResult("rollback", "failed", why)])
-    if not ctx.supervisor.is_running():
-        ctx.supervisor.start_daemon()
-    service.switch_to(ctx, target)
     try:
+        if not ctx.supervisor.is_running():
+            ctx.supervisor.start_daemon()
+        service.switch_to(ctx, target)
         pid = wait_healthy(probe.target(ctx), probe.process_state(ctx))
     except Unhealthy as exc:
         return Outcome(ok=False, release=target.release, error=f"rollback: {target.release} is not healthy: {exc}",
+                       results=[RoleResult("rollback", "failed", str(exc))])
+    except APPLY_ERRORS as exc:  # supervisord refused or is gone: a message, never a traceback
+        return Outcome(ok=False, release=target.release, error=f"rollback to {target.release} failed: {exc}",
                        results=[RoleResult("rollback", "failed", str(exc))])
     state.bless(target)
     state.save(ctx.layout.state_file)

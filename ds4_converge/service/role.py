@@ -15,6 +15,7 @@ from ds4_converge.core.layout import write_atomic
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
 from ds4_converge.core.state import Deployment
 from ds4_converge.engine.server_args import UnsupportedSettings, server_argv
+from ds4_converge.models.placement import SLOTS
 from ds4_converge.service import render, systemd
 from ds4_converge.service.supervisor import supervisord_argv
 
@@ -37,7 +38,7 @@ def desired_deployment(ctx: Context) -> Deployment:
                                    user=server.user, stop_wait_s=server.stop_wait_s, cache=ctx.renders)
     except render.UnsafeValue as exc:
         raise RoleFailed(f"cannot render the program config: {exc}") from None
-    files = [str(p) for p in (ctx.models.main, ctx.models.mtp, ctx.models.dspark) if p]
+    files = [str(p) for p in (getattr(ctx.models, slot) for slot in SLOTS) if p]
     conf = conf + "".join(f"; model {p}: {_identity(Path(p))}\n" for p in files)
     return Deployment(release=ctx.release.id, program_conf=conf, command=command, endpoint=ctx.endpoint,
                       model_files=files)
