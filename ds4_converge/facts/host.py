@@ -116,12 +116,13 @@ def gather_host_facts(
         name = service_user or rec.value(CurrentUser())
         return name, (rec.value(Passwd(user=name)) if name else None)
 
-    # independent chains of commands, run side by side: a run waits for the slowest chain, not for their sum
+    # independent chains of commands, run side by side (a few at a time: most of a command's cost is the machine's
+    # fork and exec): a run waits for about the slowest chain, not for their sum
     chains = {"cuda": cuda, "disks": disks, "user": user, "listeners": lambda: port_holders(port, run=rec),
               "arch": lambda: rec.value(Architecture()), "gpus": lambda: rec.value(NvidiaGpus()),
               "driver": lambda: rec.value(NvidiaDriver()), "build_env": lambda: rec.value(BuildEnvironment()),
               "memory": lambda: rec.value(Memory())}
-    with ThreadPoolExecutor(max_workers=len(chains)) as pool:
+    with ThreadPoolExecutor(max_workers=4) as pool:
         futures = {name: pool.submit(chain) for name, chain in chains.items()}
     got = {name: future.result() for name, future in futures.items()}
     user_name, passwd = got["user"]

@@ -13,6 +13,8 @@ from ds4_converge.spec.model import FieldProblem, Spec
 from ds4_converge.errors import Ds4Error
 
 Loc = tuple  # a path of keys and list indexes
+# libyaml's parser when PyYAML has it (same safe loading, same marks): the pure-Python one is slow to start
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class SpecInvalid(Ds4Error):
@@ -41,8 +43,8 @@ def load_spec(path: str | Path, overrides: list[str] = ()) -> LoadedSpec:
     except OSError as exc:
         raise SpecInvalid([f"{path}: cannot read spec: {exc.strerror}"]) from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=SAFE_LOADER)
+        data = yaml.load(text, Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

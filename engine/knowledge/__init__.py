@@ -7,4 +7,6 @@ import yaml
 
 @cache
 def load() -> dict:
-    return yaml.safe_load(files(__name__).joinpath("ds4.yaml").read_text())
+    # libyaml's parser when PyYAML has it: the pure-Python one costs every run a noticeable part of its time
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(files(__name__).joinpath("ds4.yaml").read_text(), Loader=loader)
