@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import pwd
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -99,8 +99,15 @@ class Context:
 
 
 def _host_path(loaded: LoadedSpec, raw: str) -> Path:
-    user = loaded.spec.server.user or pwd.getpwuid(os.getuid()).pw_name
-    return expand(raw, home=pwd.getpwnam(user).pw_dir, user=user, env=os.environ, base_dir=loaded.base_dir)
+    user, home = _account(loaded.spec.server.user)
+    return expand(raw, home=home, user=user, env=os.environ, base_dir=loaded.base_dir)
+
+
+@cache
+def _account(user: str | None) -> tuple[str, str]:
+    """(name, HOME) of the service user (default: who runs us), read once per process, not once per path."""
+    name = user or pwd.getpwuid(os.getuid()).pw_name
+    return name, pwd.getpwnam(name).pw_dir
 
 
 def make_context(loaded: LoadedSpec, **kwargs) -> Context:
