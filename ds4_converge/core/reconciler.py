@@ -62,10 +62,8 @@ def converge(ctx: Context, *, diff: bool = False, roles: Sequence = ROLES,
     revert = revert or revert_to_last_good
     if ctx.facts is None:
         ctx.facts = gather_facts(ctx)
-    try:
-        outcome = _run(ctx, roles, revert, diff)
-    finally:
-        ctx.remember_learned()
+    outcome = _run(ctx, roles, revert, diff)
+    ctx.remember_learned()  # not after an exception: another run's lock, say, means this one may write nothing
     return outcome
 
 
