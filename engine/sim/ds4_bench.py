@@ -57,7 +57,7 @@ def frontiers(o):
 def main(argv=None):
     o = parse(sys.argv[1:] if argv is None else argv)
     C.acquire_instance_lock()
-    g = C.read_gguf(o["model"], "model")
+    g = C.read_gguf(o["model"])
     C.validate_main(g)
     path = o["prompt_file"] or o["chat_file"]
     try:

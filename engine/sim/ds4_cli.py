@@ -42,7 +42,7 @@ def main(argv=None):
     o = parse(sys.argv[1:] if argv is None else argv)
     C.PROG = "ds4"
     C.acquire_instance_lock()
-    g = C.read_gguf(o["model"], "model")
+    g = C.read_gguf(o["model"])
     if o["inspect"]:
         sys.stdout.write("file: %s\nsize: %d bytes\ngguf version: %d\ntensors: %d\n"
                          % (o["model"], g.size, g.version, len(g.tensors)))

@@ -902,7 +902,7 @@ def main(argv=None):
             C.log("ds4-server: launch defaults: model=%s" % model)
         else:
             model = "ds4flash.gguf"
-    g = C.read_gguf(model, "model")
+    g = C.read_gguf(model)
     C.validate_main(g)
     st.checkpoint = C.variant(g)
     C.log("ds4: model %s (%.2f GiB, %d tensors, checkpoint=%s)"
