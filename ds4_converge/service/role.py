@@ -9,7 +9,7 @@ from ds4_converge.service import render
 from ds4_converge.core.context import Context
 from ds4_converge.core.layout import write_atomic
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
-from ds4_converge.engine.server_args import UnsupportedSettings, server_argv
+from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
 from ds4_converge.core.state import Deployment
 from ds4_converge.service.supervisor import supervisord_argv
 
@@ -93,6 +93,8 @@ def plan(ctx: Context) -> RolePlan:
                 for p in stale_programs(ctx)]
     ctx.restart_needed = any(c.restarts for c in changes)
     findings = port_findings(ctx) if ctx.restart_needed else []
+    if ctx.release is not None:
+        findings += [Finding("info", note) for note in not_rendered(ctx.release, ctx.spec.server)]
     reason = (f"{name} runs release {ctx.release.id} (pid {pid}), config unchanged" if not changes
               else f"{'restart' if ctx.restart_needed else 'update'} {name}")
     return RolePlan(NAME, changes, reason=reason, findings=findings)

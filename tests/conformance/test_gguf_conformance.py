@@ -34,6 +34,8 @@ LAYERS = RULES["layers"]
 TOKENIZER = K["gguf"]["tokenizer"]
 ACCEPTED = "accepted"
 
+pytestmark = pytest.mark.slow  # runs the real ds4-server some 250 times (about 10 s)
+
 
 @dataclass
 class Variant:
