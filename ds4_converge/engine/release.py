@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ds4_converge.engine.git import EngineRepo
+from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.shell import CommandFailed, run, tail
 
@@ -108,7 +109,8 @@ def parse_help_flags(text: str) -> frozenset[str]:
 
 
 def help_flags(server: Path) -> frozenset[str]:
-    env = {**os.environ, "DS4_LOCK_FILE": str(server.parent / ".help.lock")}
+    # --help exits before the instance lock, but a build that takes it first must not collide with a server
+    env = {**os.environ, load_knowledge()["lock"]["env"]: str(server.parent / ".help.lock")}
     proc = subprocess.run([str(server), "--help"], capture_output=True, text=True, timeout=60, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{server} --help exited {proc.returncode}: {(proc.stderr or proc.stdout)[-500:]}")

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 import requests
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
+from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.spec.model import Smoke
 
-MODEL_ID = "deepseek-v4-flash"
+MODEL_ID = load_knowledge()["model_id"]
+NON_THINKING_MODEL = load_knowledge()["api"]["non_thinking_model"]
 
 
 class NotReady(Exception):
@@ -53,7 +55,7 @@ def check_models(endpoint: str, timeout: float = 10) -> dict:
 
 def smoke_test(endpoint: str, smoke: Smoke, timeout: float) -> str:
     """One short non-streamed completion with thinking off; the answer must contain the expected text."""
-    body = {"model": "deepseek-chat", "messages": [{"role": "user", "content": smoke.prompt}],
+    body = {"model": NON_THINKING_MODEL, "messages": [{"role": "user", "content": smoke.prompt}],
             "max_tokens": smoke.max_tokens, "stream": False, "temperature": 0,
             "thinking": {"type": "disabled"}}
     try:

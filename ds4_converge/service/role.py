@@ -9,11 +9,13 @@ from ds4_converge.service import render
 from ds4_converge.core.context import Context
 from ds4_converge.core.layout import write_atomic
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
+from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
 from ds4_converge.core.state import Deployment
 from ds4_converge.service.supervisor import supervisord_argv
 
 NAME = "service"
+LOCK_ENV = load_knowledge()["lock"]["env"]  # every ds4 program flock()s this file; one per instance
 SYSTEMD_DIR = Path("/etc/systemd/system")
 
 
@@ -32,7 +34,7 @@ def desired_deployment(ctx: Context) -> Deployment:
         argv = server_argv(ctx.release, server, ctx.models, kv_dir)
     except UnsupportedSettings as exc:
         raise RoleFailed(str(exc)) from None
-    env = {"DS4_LOCK_FILE": str(ctx.layout.engine_lock(server.name)), **ctx.service_env, **server.env}
+    env = {LOCK_ENV: str(ctx.layout.engine_lock(server.name)), **ctx.service_env, **server.env}
     # `env K=V … ds4-server`: every value is passed through shlex quoting, none through INI key=value parsing
     command = [shutil.which("env") or "/usr/bin/env", *(f"{k}={v}" for k, v in sorted(env.items())), *argv]
     try:
