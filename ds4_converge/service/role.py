@@ -1,6 +1,8 @@
 """Service role: supervisord config and the ds4-server program, switched only when something differs."""
 from __future__ import annotations
 
+import os
+import pwd
 import shutil
 import subprocess
 from pathlib import Path
@@ -154,10 +156,23 @@ def apply(ctx: Context, plan: RolePlan) -> str:
             raise RoleFailed(str(errors[0]))
         if supervisor.running_pid(name):
             ctx.say(f"stopping {name} (SIGTERM, waiting for its process group)")
+        prepare_engine_lock(ctx)
         ctx.switched = True
         switch_to(ctx, ctx.desired.stamped())
         return f"started {name} on release {ctx.desired.release}"
     return "supervisord config updated"
+
+
+def prepare_engine_lock(ctx: Context) -> Path:
+    """The engine's lock file, created 0600 (as ds4 would) and owned by the user the engine runs as."""
+    lock = ctx.layout.engine_lock(ctx.spec.server.name)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    os.close(fd)
+    if ctx.spec.server.user:
+        entry = pwd.getpwnam(ctx.spec.server.user)
+        os.chown(lock, entry.pw_uid, entry.pw_gid)
+    return lock
 
 
 def _unit(ctx: Context) -> str:

@@ -41,58 +41,69 @@ KNOWN_FAULTS = ("none", "crash-at-start", "crash-after", "hang", "wrong-model",
 #   kind:  str | int (> 0) | int0 (>= 0) | float | flag | const:<value> | help | version
 #   check: None or check(...): a further test of the converted value
 #   fork:  listed only by fork builds (the program filters its table)
+#   text:  the description, printed on the line after the option; None: parsed but not listed on its own
+#          (a plain string row of the table prints a heading or a grouped line as it is)
 Opt = collections.namedtuple("Opt", "names meta key kind text check fork", defaults=(None, False))
 
 
 # kernel, weight-load and backend options of ds4 and ds4-bench (ds4-server words its own)
 RUN_OPTIONS = [
-    Opt(("--quality",), None, "quality", "flag", "exact kernels"),
-    Opt(("--warm-weights",), None, "warm", "flag", "touch all mapped weight pages first"),
-    Opt(("--metal",), None, "backend", "const:metal", "use the Metal backend"),
-    Opt(("--cuda",), None, "backend", "const:cuda", "use the CUDA backend"),
-    Opt(("--cpu",), None, "backend", "const:cpu", "use the CPU reference backend"),
-    Opt(("--backend",), "NAME", "backend", "str", "backend: metal, cuda or cpu"),
+    Opt(("--quality",), None, "quality", "flag", "Prefer exact kernels where faster approximate paths exist."),
+    Opt(("--warm-weights",), None, "warm", "flag", "Touch mapped tensor pages before running."),
+    "  --metal | --cuda | --cpu | --backend NAME",
+    "      Select backend explicitly.",
+    Opt(("--metal",), None, "backend", "const:metal", None),
+    Opt(("--cuda",), None, "backend", "const:cuda", None),
+    Opt(("--cpu",), None, "backend", "const:cpu", None),
+    Opt(("--backend",), "NAME", "backend", "str", None),
 ]
 
 
-def check(ok, msg):
+def check(ok, msg="invalid value for %(opt)s: %(val)s"):
     """A validator for an Opt row: the message msg (with %(opt)s, the option as
-    given, and %(val)s, the value) when ok(value) is false."""
-    return lambda opt, val: None if ok(val) else msg % {"opt": opt, "val": val}
+    given, and %(val)s, the value as given) when ok(converted value) is false."""
+    return lambda opt, val, raw: None if ok(val) else msg % {"opt": opt, "val": raw}
 
 
 def _int10(v):
     return int(v, 10)
 
 
-# kind: (conversion, message when it fails, check every value of the kind passes)
+# kind: (conversion, check every value of the kind passes), as parse_int_arg() and friends of the real programs
 _VALUE_KINDS = {
-    "str": (str, None, None),
-    "int": (_int10, "invalid integer for %(opt)s: %(val)s", check(lambda n: n > 0, "%(opt)s must be > 0")),
-    "int0": (_int10, "invalid integer for %(opt)s: %(val)s", check(lambda n: n >= 0, "%(opt)s must be >= 0")),
-    "float": (float, "invalid number for %(opt)s: %(val)s", None),
+    "str": (str, None),
+    "int": (_int10, check(lambda n: 0 < n <= 0x7FFFFFFF)),
+    "int0": (_int10, check(lambda n: 0 <= n <= 0x7FFFFFFF)),
+    "float": (float, None),
 }
 
 
 class Options:
-    """The table-driven command line of one program: usage text, errors (exit 2)
-    and parsing into a dict of the table's keys."""
+    """The table-driven command line of one program: usage text in the real programs' layout
+    (`Usage:`, headings, each option on its own line with the description on the next), errors
+    (exit 2: "PROG: unknown option: X" plus usage, "missing value for", "invalid value for") and
+    parsing into a dict of the table's keys."""
 
-    def __init__(self, prog, table, width=None):
+    def __init__(self, prog, table, synopsis="[options]"):
         self.prog = prog
         self.table = table
-        self.width = width  # of the names column; None: the longest entry + 1
+        self.synopsis = synopsis
+
+    def opts(self):
+        return [o for o in self.table if isinstance(o, Opt)]
 
     def usage(self):
-        lines = ["usage: %s [options]" % self.prog, "", "options:"]
-        rows = [(", ".join(o.names) + (" " + o.meta if o.meta else ""), o.text) for o in self.table]
-        width = self.width if self.width is not None else max(len(r[0]) for r in rows) + 1
-        for left, text in rows:
-            lines.append("  %-*s %s" % (width, left, text))
+        lines = ["Usage: %s %s" % (self.prog, self.synopsis), ""]
+        for row in self.table:
+            if isinstance(row, str):
+                lines.append(row)
+            elif row.text is not None:
+                lines.append("  " + ", ".join(row.names) + (" " + row.meta if row.meta else ""))
+                lines.append("      " + row.text)
         return "\n".join(lines) + "\n"
 
     def bad(self, msg, with_usage=False):
-        sys.stderr.write("%s: %s\n" % (self.prog, msg))
+        log("%s: %s" % (self.prog, msg))
         if with_usage:
             sys.stderr.write(self.usage())
         sys.stderr.flush()
@@ -105,7 +116,7 @@ class Options:
 
     def parse(self, argv, defaults):
         o = dict(defaults)
-        by_name = {n: opt for opt in self.table for n in opt.names}
+        by_name = {n: opt for opt in self.opts() for n in opt.names}
         i = 0
         while i < len(argv):
             arg = argv[i]
@@ -124,13 +135,13 @@ class Options:
                 self.bad("missing value for %s" % arg)
             raw = argv[i + 1]
             i += 2
-            convert, invalid, kind_check = _VALUE_KINDS[opt.kind]
+            convert, kind_check = _VALUE_KINDS[opt.kind]
             try:
                 val = convert(raw)
             except ValueError:
-                self.bad(invalid % {"opt": arg, "val": raw})
+                self.bad("invalid value for %s: %s" % (arg, raw))
             for test in (kind_check, opt.check):
-                err = test and test(arg, val)
+                err = test and test(arg, val, raw)
                 if err:
                     self.bad(err)
             o[opt.key] = val
@@ -219,24 +230,28 @@ _lock_fd = None
 
 
 def acquire_instance_lock():
-    """flock DS4_LOCK_FILE (default /tmp/ds4.lock), truncate it and write our pid.
-    The descriptor stays open for the life of the process."""
+    """As ds4_acquire_instance_lock(): flock DS4_LOCK_FILE (default /tmp/ds4.lock, created 0600), truncate it
+    and write our pid. Every failure exits 2. The descriptor stays open for the life of the process; the pid
+    stays in the file after exit (it is not a pid file: only the flock says who runs)."""
     global _lock_fd
     path = os.environ.get("DS4_LOCK_FILE") or "/tmp/ds4.lock"
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as e:
-        die("ds4: cannot open lock file %s: %s" % (path, e.strerror), 1)
+        die("ds4: failed to open lock file %s: %s" % (path, e.strerror), 2)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             try:
-                other = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
+                m = re.match(rb"\s*([+-]?\d+)", os.pread(fd, 63, 0))
+                owner = int(m.group(1)) if m else -1
             except OSError:
-                other = "?"
-            die("ds4: another ds4 process is already running (pid %s); refusing to start" % other, 2)
-        die("ds4: cannot lock %s: %s" % (path, e.strerror), 1)
+                owner = -1
+            if owner > 0:
+                die("ds4: another ds4 process is already running (pid %d); refusing to start" % owner, 2)
+            die("ds4: another ds4 process is already running; refusing to start", 2)
+        die("ds4: failed to lock %s: %s" % (path, e.strerror), 2)
     os.ftruncate(fd, 0)
     os.pwrite(fd, ("%d\n" % os.getpid()).encode(), 0)
     _lock_fd = fd
@@ -662,11 +677,13 @@ def simulate_load(g, backend, warm, stop_requested, hang=False):
 
 
 def choose_backend(requested):
-    """The backend asked for, else cuda in CUDA builds and cpu otherwise; exits 1
-    when this build cannot run it."""
+    """The backend asked for, else cuda in CUDA builds and cpu otherwise; exits 1 (after the model
+    checks, as ds4_engine_open() does) when this build cannot run it."""
     backend = requested or ("cuda" if is_cuda_build() else "cpu")
-    if backend == "metal" or (backend == "cuda" and not is_cuda_build()):
-        die("ds4: %s backend unavailable; aborting startup" % backend, 1)
+    if backend != "cpu" and not is_cuda_build():
+        die("ds4: %s backend requested but this build has no graph backend support; aborting startup" % backend, 1)
+    if backend == "metal":
+        die("ds4: Metal backend requested but this build is linked with CUDA, not Metal", 1)
     return backend
 
 
