@@ -35,6 +35,7 @@ class Context:
     desired: Deployment | None = None
     restart_needed: bool = False
     switched: bool = False  # the old engine was stopped: a failure from here on needs a revert
+    start: object | None = None  # service.start_log.StartMark of the engine started last by this run
     state: State = field(default_factory=State)
 
     @property

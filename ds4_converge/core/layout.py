@@ -76,6 +76,10 @@ class Layout:
         (0700, root's): ds4 opens it O_RDWR|O_CREAT as the user it runs as and exits 2 when it cannot."""
         return self.locks / f"{name}.ds4.lock"
 
+    @property
+    def supervisord_log(self) -> Path:
+        return self.logs / "supervisord.log"
+
     def engine_log(self, name: str) -> Path:
         return self.logs / f"{name}.log"
 

@@ -25,7 +25,7 @@ def rollback(ctx: Context) -> Outcome:
         pid = wait_healthy(probe.target(ctx), probe.process_state(ctx))
     except Unhealthy as exc:
         return Outcome(ok=False, release=target.release, error=f"rollback: {target.release} is not healthy: {exc}",
-                       results=[RoleResult("rollback", "failed", str(exc))])
+                       detail=exc.detail, results=[RoleResult("rollback", "failed", str(exc))])
     state.bless(target)
     state.save(ctx.layout.state_file)
     return Outcome(ok=True, release=target.release, endpoint=target.endpoint,

@@ -54,7 +54,8 @@ def _templates() -> jinja2.Environment:
 
 def supervisord_conf(layout: Layout, *, nodaemon: bool = False) -> str:
     return _templates().get_template("supervisord.conf.j2").render(
-        socket=layout.socket, logs=layout.logs, pidfile=layout.supervisord_pid, root=layout.root,
+        socket=layout.socket, logs=layout.logs, logfile=layout.supervisord_log, pidfile=layout.supervisord_pid,
+        root=layout.root,
         programs=layout.program_dir, nodaemon=nodaemon)
 
 

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ds4_converge.service import render
+from ds4_converge.service import render, start_log
 from ds4_converge.core.context import Context
 from ds4_converge.core.layout import write_atomic
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
@@ -206,4 +206,5 @@ def switch_to(ctx: Context, deployment: Deployment) -> None:
     ctx.state.save(ctx.layout.state_file)
     write_atomic(ctx.layout.program_conf(name), deployment.program_conf)
     ctx.say(f"starting {name} on release {deployment.release}")
+    ctx.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
     ctx.supervisor.load(name)
