@@ -214,6 +214,7 @@ _SCALAR_FORMATS = {_T.UINT8: "B", _T.INT8: "b", _T.UINT16: "H", _T.INT16: "h", _
                    _T.FLOAT64: "d"}
 SMALL_ARRAY = 64  # string arrays up to this length are read (e.g. merges of a tiny file); longer ones skipped
 NUMBER_ARRAY = 1 << 16  # numeric arrays up to this length are read in one unpack (per-layer values)
+_U64 = struct.Struct("<Q")
 
 
 @dataclass(frozen=True)
@@ -258,14 +259,22 @@ class _Cursor:
         self.pos += struct.calcsize("<" + fmt)
         return value
 
-    def raw_string(self) -> bytes:
+    def _skip_strings(self, count: int) -> int:
+        """Step over `count` strings (a 129k-token vocabulary: the hot loop); returns where they started."""
+        buf, pos, end, unpack = self.buf, self.pos, len(self.buf), _U64.unpack_from
+        start = pos
+        for _ in range(count):
+            pos += 8 + unpack(buf, pos)[0]
+            if pos > end:
+                raise ValueError(f"truncated or corrupt GGUF header at byte {self.pos}")
+        self.pos = pos
+        return start
+
+    def string(self) -> str:
         n = self.checked_count(self.scalar("Q"))
         data = bytes(self.buf[self.pos:self.pos + n])
         self.pos += n
-        return data
-
-    def string(self) -> str:
-        return self.raw_string().decode("utf-8", "replace")
+        return data.decode("utf-8", "replace")
 
     def checked_count(self, n: int, item_size: int = 1) -> int:
         """n, unless n items of item_size bytes cannot fit in what is left of the file."""
@@ -294,10 +303,10 @@ class _Cursor:
             return Field(_T.ARRAY, items, item_type, count, frozenset(i for i in items if isinstance(i, str)))
         found = set()
         if item_type == _T.STRING:
-            for _ in range(self.checked_count(count, 8)):
-                text = self.raw_string()
-                if text in self.watch:
-                    found.add(text.decode("utf-8"))
+            start = self._skip_strings(self.checked_count(count, 8))
+            # each watched string as it is stored (length, then bytes), searched at C speed within the array
+            found = {w.decode("utf-8") for w in self.watch
+                     if self.buf.find(struct.pack("<Q", len(w)) + w, start, self.pos) != -1}
         elif item_type == _T.ARRAY:
             for _ in range(self.checked_count(count, 12)):
                 self.array()
