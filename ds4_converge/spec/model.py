@@ -130,7 +130,8 @@ class Server(Strict):
     env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], SafeStr] = Field(default_factory=dict)
     user: SafeStr | None = Field(None, description="run the engine as this user (supervisord must run as root)")
     expose: bool = Field(False, description="acknowledge that a non-loopback host serves an API without auth")
-    stop_wait_s: int = Field(600, ge=10, description="SIGTERM grace (prefill + KV write) before SIGKILL")
+    stop_wait_s: int = Field(600, ge=10, description="SIGTERM grace before SIGKILL: a loading engine finishes "
+                                                    "its load first, a serving one its prefill and KV write")
 
     @field_validator("host")
     @classmethod
