@@ -24,7 +24,12 @@ VOCAB = 129_280
 Q2_GIB = 81
 
 
+import sys  # noqa: E402
+
 import gguf  # noqa: E402
+
+sys.path.insert(0, str(REPO / "engine" / "models"))
+import make_tiny_gguf as tiny_gguf  # noqa: E402
 
 from ds4_converge.models.digests import DigestCache, verified_sha256  # noqa: E402
 from ds4_converge.engine_knowledge import load as load_knowledge  # noqa: E402
@@ -50,17 +55,15 @@ def fmt(seconds: float) -> str:
 
 
 def write_big_gguf(path: Path, size: int) -> None:
-    """A main-model header with a full-size vocabulary, then extended sparsely to `size` bytes."""
-    writer = gguf.GGUFWriter(path, "deepseek4")
-    for key, value in load_knowledge()["main_model_required"].items():
-        add = writer.add_bool if isinstance(value, bool) else writer.add_uint32 if isinstance(value, int) \
-            else writer.add_float32
-        add(key, value)
-    writer.add_token_list([f"token{i}" for i in range(VOCAB)])
-    writer.add_token_scores([0.0] * VOCAB)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.close()
+    """A main-model header with a full-size vocabulary (the project's one GGUF writer), then extended sparsely to
+    `size` bytes."""
+    kv = tiny_gguf.main_model_kv()
+    tokens = load_knowledge()["gguf"]["tokenizer"]["tokens"]
+    specials = kv[tokens].value
+    kv[tokens] = tiny_gguf.Value(tiny_gguf.T.ARRAY, specials + [f"token{i}" for i in range(VOCAB - len(specials))],
+                                 tiny_gguf.T.STRING)
+    kv["tokenizer.ggml.scores"] = tiny_gguf.Value(tiny_gguf.T.ARRAY, [0.0] * VOCAB, tiny_gguf.T.FLOAT32)
+    tiny_gguf.write(path, "deepseek4", kv)
     os.truncate(path, size)
 
 

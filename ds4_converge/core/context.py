@@ -45,6 +45,7 @@ class Context:
     restart_needed: bool = False
     prepared: bool = False  # engine.prepare ran in this run
     switched: bool = False  # the old engine was stopped: a failure from here on needs a revert
+    start: object | None = None  # service.start_log.StartMark of the engine started last by this run
     state: State = field(default_factory=State)
 
     @property

@@ -66,9 +66,19 @@ class Layout:
     def lock_file(self) -> Path:
         return self.root / "converge.lock"
 
+    @property
+    def locks(self) -> Path:
+        """0755: the engines' lock files, which an engine running as server.user must be able to open."""
+        return self.root / "locks"
+
     def engine_lock(self, name: str) -> Path:
-        """DS4_LOCK_FILE per instance: the default /tmp/ds4.lock would collide between instances."""
-        return self.run / f"{name}.ds4.lock"
+        """DS4_LOCK_FILE per instance: the default /tmp/ds4.lock would collide between instances. Not in run/
+        (0700, root's): ds4 opens it O_RDWR|O_CREAT as the user it runs as and exits 2 when it cannot."""
+        return self.locks / f"{name}.ds4.lock"
+
+    @property
+    def supervisord_log(self) -> Path:
+        return self.logs / "supervisord.log"
 
     def engine_log(self, name: str) -> Path:
         return self.logs / f"{name}.log"
@@ -77,7 +87,7 @@ class Layout:
         return self.logs / f"build-{release_id}.log"
 
     def ensure(self) -> None:
-        for d in (self.root, self.releases, self.cache, self.logs, self.supervisor, self.program_dir):
+        for d in (self.root, self.releases, self.cache, self.logs, self.supervisor, self.program_dir, self.locks):
             d.mkdir(parents=True, exist_ok=True)
         self.run.mkdir(parents=True, exist_ok=True)
         os.chmod(self.run, 0o700)

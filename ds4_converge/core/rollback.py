@@ -25,7 +25,7 @@ def rollback(ctx: Context) -> Outcome:
         pid = wait_healthy(probe.target(ctx), probe.process_state(ctx))
     except Unhealthy as exc:
         return Outcome(ok=False, release=target.release, error=f"rollback: {target.release} is not healthy: {exc}",
-                       results=[RoleResult("rollback", "failed", str(exc))])
+                       detail=exc.detail, results=[RoleResult("rollback", "failed", str(exc))])
     except APPLY_ERRORS as exc:  # supervisord refused or is gone: a message, never a traceback
         return Outcome(ok=False, release=target.release, error=f"rollback to {target.release} failed: {exc}",
                        results=[RoleResult("rollback", "failed", str(exc))])

@@ -15,12 +15,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ds4_converge.engine.git import EngineRepo
+from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.shell import CommandFailed, run, tail
 from ds4_converge.errors import Ds4Error
 
 RECORD = "ds4-converge-release.json"
-FLAG = re.compile(r"(?:(?<=\s)|(?<=,)|^)(--?[A-Za-z][A-Za-z0-9-]*)")
+FLAG = re.compile(r"(?:(?<=\s)|(?<=,)|(?<=\|)|^)(--?[A-Za-z][A-Za-z0-9-]*)")
+OPTION_LINE = re.compile(r"^ {0,4}-")
 
 
 @dataclass(frozen=True)
@@ -90,19 +92,26 @@ class BuildFailed(Ds4Error):
 
 
 def parse_help_flags(text: str) -> frozenset[str]:
-    """Options the binary documents: flags at the start of usage lines (`  -m, --model FILE  …`)."""
+    """Options the binary documents, from its option lines.
+
+    Upstream ds4-server prints `Usage:`, section headings ("Model and runtime:"), then each option on a line of
+    its own indented by two spaces (`  -m, --model FILE`, `  --metal | --cuda | --cpu | --backend NAME`) with
+    the description on the next line, indented by six. Older builds (and the fork) put the description on the
+    same line after two or more spaces. Either way an option line starts with a dash at most four spaces in;
+    description, heading and note lines (which may mention flags) never count.
+    """
     flags = set()
     for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped.startswith("-"):
+        if not OPTION_LINE.match(line):
             continue
-        options = re.split(r"\s{2,}", stripped, maxsplit=1)[0]
+        options = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0]
         flags.update(FLAG.findall(options))
     return frozenset(flags)
 
 
 def help_flags(server: Path) -> frozenset[str]:
-    env = {**os.environ, "DS4_LOCK_FILE": str(server.parent / ".help.lock")}
+    # --help exits before the instance lock, but a build that takes it first must not collide with a server
+    env = {**os.environ, load_knowledge()["lock"]["env"]: str(server.parent / ".help.lock")}
     proc = subprocess.run([str(server), "--help"], capture_output=True, text=True, timeout=60, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{server} --help exited {proc.returncode}: {(proc.stderr or proc.stdout)[-500:]}")

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ds4_converge.engine.release import Release
+from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.spec.model import Server
 from ds4_converge.errors import Ds4Error
 
@@ -31,7 +32,7 @@ def server_argv(release: Release, server: Server, models: ModelPaths, kv_disk_di
         # short and long spellings are the same option; use whichever this binary's --help lists
         spelling = next((f for f in (flag, *SPELLINGS.get(flag, ())) if release.supports(f)), None)
         if spelling is None:
-            missing.append(f"{setting} needs {flag}")
+            missing.append(f"{setting} needs {flag}" + (" (a flag of the Entrpi fork only)" if _fork_only(flag) else ""))
             return
         args.extend([spelling, *map(str, values)])
 
@@ -60,7 +61,7 @@ def server_argv(release: Release, server: Server, models: ModelPaths, kv_disk_di
     elif release.supports("--no-spec"):
         # the fork attaches sibling drafters by default; "off" must be explicit there
         args.append("--no-spec")
-    if server.power is not None:
+    if server.power is not None and not _runs_at_default(release, "--power", server.power):
         add("--power", server.power, setting="server.power")
     if release.supports("--no-update-check"):
         args.append("--no-update-check")  # the fork otherwise polls GitHub daily
@@ -72,6 +73,24 @@ def server_argv(release: Release, server: Server, models: ModelPaths, kv_disk_di
     if missing:
         raise UnsupportedSettings(f"release {release.id} ({release.ref}) does not support: " + "; ".join(missing))
     return [str(release.server), *args]
+
+
+def not_rendered(release: Release, server: Server) -> list[str]:
+    """Settings left off the command line because this build always runs that way (said as a note, not refused)."""
+    if server.power is not None and _runs_at_default(release, "--power", server.power):
+        return [f"server.power {server.power} is not passed: this ds4-server has no --power and always runs at "
+                f"full duty cycle (--power is a flag of the Entrpi fork)"]
+    return []
+
+
+def _runs_at_default(release: Release, flag: str, value: object) -> bool:
+    """A build without `flag` runs at the engine's default for it; asking for exactly that needs no flag."""
+    default = load_knowledge()["flags"]["defaults_without_flag"].get(flag)
+    return not release.supports(flag) and default is not None and value == default
+
+
+def _fork_only(flag: str) -> bool:
+    return flag in load_knowledge()["flags"]["fork_only"]
 
 
 def _is_number(text: str) -> bool:

@@ -66,12 +66,13 @@ def parse_gpu_query(stdout: str) -> list[Gpu]:
     return gpus
 
 
-_DRIVER_RE = re.compile(r"Driver Version:\s*([0-9][0-9.]*)")
-_CUDA_RE = re.compile(r"CUDA Version:\s*(\d+)\.(\d+)")
+# the plain header says "Driver Version: 580.159.04"; `nvidia-smi -q` pads: "Driver Version      : 580.159.04"
+_DRIVER_RE = re.compile(r"Driver Version\s*:\s*([0-9][0-9.]*)")
+_CUDA_RE = re.compile(r"CUDA Version\s*:\s*(\d+)\.(\d+)")
 
 
 def parse_nvidia_smi_header(stdout: str) -> DriverInfo:
-    """Plain ``nvidia-smi`` output -> driver and CUDA versions from its header.
+    """Plain ``nvidia-smi`` output (or ``nvidia-smi -q``) -> driver and CUDA versions from its header.
 
     ``No devices were found`` gives an empty :class:`DriverInfo`; output without a
     ``Driver Version:`` field raises.

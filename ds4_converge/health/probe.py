@@ -10,12 +10,15 @@ import json
 import socket
 import time
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import urlsplit
 
+from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.errors import Ds4Error
 from ds4_converge.spec.model import Smoke
 
-MODEL_ID = "deepseek-v4-flash"
+MODEL_ID = load_knowledge()["model_id"]
+NON_THINKING_MODEL = load_knowledge()["api"]["non_thinking_model"]
 
 
 class NotReady(Ds4Error):
@@ -32,7 +35,23 @@ LISTEN_POLL_S = 0.05
 
 
 class Unhealthy(Ds4Error):
-    """Permanent: revert now."""
+    """Permanent: revert now. `detail`: the engine's own last lines, when it died."""
+
+
+class EngineWatch(Protocol):
+    """What the probe asks the supervisor about the engine it started."""
+
+    def state(self) -> tuple[str, int | None, str]:
+        """(statename, pid, supervisord's spawn error or "")"""
+
+    def exits(self) -> list[str]:
+        """How the engine ended since this start, each time: 'exit status 1', 'terminated by SIGKILL'."""
+
+    def last_lines(self) -> str:
+        """This start's last log lines (never an earlier start's), and where the whole log is."""
+
+    def last_words(self) -> str:
+        """The last line this start wrote: the engine's own reason, as a rule."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +99,7 @@ def check_models(endpoint: str, timeout: float = 10) -> dict:
 
 def smoke_test(endpoint: str, smoke: Smoke, timeout: float) -> str:
     """One short non-streamed completion with thinking off; the answer must contain the expected text."""
-    body = {"model": "deepseek-chat", "messages": [{"role": "user", "content": smoke.prompt}],
+    body = {"model": NON_THINKING_MODEL, "messages": [{"role": "user", "content": smoke.prompt}],
             "max_tokens": smoke.max_tokens, "stream": False, "temperature": 0,
             "thinking": {"type": "disabled"}}
     try:
@@ -95,22 +114,22 @@ def smoke_test(endpoint: str, smoke: Smoke, timeout: float) -> str:
     return content
 
 
-def wait_healthy(target: ProbeTarget, process_state, *, soak: bool = True) -> int:
-    """Return the PID that passed. `process_state()` gives (statename, pid, detail) from the supervisor."""
+def wait_healthy(target: ProbeTarget, watch: EngineWatch, *, soak: bool = True) -> int:
+    """Return the PID that passed; raise Unhealthy saying how it failed, with the engine's own last lines."""
     from tenacity import Retrying, retry_if_exception_type, stop_after_delay
 
     started = time.monotonic()
 
     def alive() -> int:
-        state, pid, detail = process_state()
+        state, pid, spawn_error = watch.state()
         if state not in ("RUNNING", "STARTING"):
-            raise Unhealthy(f"ds4-server is {state}{': ' + detail if detail else ''}")
+            raise Unhealthy(_died(state, spawn_error, watch.exits(), watch.last_words()), watch.last_lines())
         return pid
 
     def ready() -> int:
         pid = alive()
         check_models(target.endpoint)
-        if process_state()[0] != "RUNNING":
+        if watch.state()[0] != "RUNNING":
             raise NotReady("answers, but supervisord has not counted it as started yet")
         return pid
 
@@ -135,8 +154,26 @@ def wait_healthy(target: ProbeTarget, process_state, *, soak: bool = True) -> in
             try:
                 now_pid = alive()
                 check_models(target.endpoint)
-            except NotReady as exc:
-                raise Unhealthy(f"stopped answering during the {target.soak_s:.0f}s soak: {exc}") from None
-            if now_pid != pid:
-                raise Unhealthy(f"restarted during the soak (pid {pid} → {now_pid})")
+                if now_pid != pid:
+                    raise NotReady(f"restarted (pid {pid} → {now_pid})")
+            except (NotReady, Unhealthy) as exc:
+                ended = watch.exits()
+                if ended:  # it died and supervisord may have restarted it: a crash, not a slow load
+                    words = watch.last_words()
+                    raise Unhealthy(f"crashed during the {target.soak_s:.0f}s soak ({_times(ended)}; was pid {pid})"
+                                    + (f": {words}" if words else ""), watch.last_lines()) from None
+                raise Unhealthy(f"stopped answering during the {target.soak_s:.0f}s soak: {exc}",
+                                getattr(exc, "detail", "")) from None
     return pid
+
+
+def _died(state: str, spawn_error: str, ended: list[str], words: str) -> str:
+    how = _times(ended) if ended else "no exit recorded"
+    supervisor = f"supervisord: {state}" + (f", {spawn_error}" if spawn_error else "")
+    return f"ds4-server exited ({how}; {supervisor})" + (f": {words}" if words else "")
+
+
+def _times(ended: list[str]) -> str:
+    """'exit status 1', or 'exit status 1, 2 times' when supervisord retried it."""
+    last = ended[-1]
+    return last if len(ended) == 1 else f"{last}, {len(ended)} times"

@@ -1,13 +1,16 @@
 """Probe role: a switched engine must answer, answer right, and stay up before it becomes last good."""
 from __future__ import annotations
 
+import re
+
 from ds4_converge.core.context import Context
 from ds4_converge.core.plan import Change, RoleFailed, RolePlan
 from ds4_converge.health.probe import NotReady, ProbeTarget, Unhealthy, check_models, wait_healthy
 from ds4_converge.engine.release import prune
-from ds4_converge.core.shell import tail
+from ds4_converge.service import start_log
 
 NAME = "probe"
+STAMP = re.compile(r"^\d{4} \d\d:\d\d:\d\d ")  # ds4-server's own lines begin with MMDD HH:MM:SS
 
 
 def target(ctx: Context) -> ProbeTarget:
@@ -16,20 +19,36 @@ def target(ctx: Context) -> ProbeTarget:
                        interval_s=health.interval_s, smoke=health.smoke)
 
 
-def process_state(ctx: Context):
-    """(statename, pid, detail) of the engine as supervisord sees it; detail carries the log tail on death."""
-    name = ctx.spec.server.name
+class Watch:
+    """The engine of the last start, as supervisord and the logs see it (health.probe.EngineWatch)."""
 
-    def read():
-        info = ctx.supervisor.info(name) if ctx.supervisor.is_running() else None
+    def __init__(self, ctx: Context):
+        self.ctx, self.name = ctx, ctx.spec.server.name
+        self.start = ctx.start or start_log.mark(ctx.layout, self.name)  # no mark: a start by someone else
+
+    def state(self) -> tuple[str, int | None, str]:
+        supervisor = self.ctx.supervisor
+        info = supervisor.info(self.name) if supervisor.is_running() else None
         if info is None:
             return "UNKNOWN", None, "not loaded in supervisord"
-        detail = ""
-        if info["statename"] not in ("RUNNING", "STARTING"):
-            detail = f"exit status {info['exitstatus']}; {info['spawnerr'] or ''}\n" + tail(ctx.layout.engine_log(name), 15)
-        return info["statename"], info["pid"], detail
+        return info["statename"], info["pid"], info["spawnerr"] or ""
 
-    return read
+    def exits(self) -> list[str]:
+        return start_log.exits(self.start, self.name)
+
+    def last_words(self) -> str:
+        lines = start_log.engine_lines(self.start, 1).strip()
+        return STAMP.sub("", lines)
+
+    def last_lines(self) -> str:
+        lines = start_log.engine_lines(self.start, 15)
+        whole = f"the whole log: ds4-converge logs {self.ctx.loaded.path}"
+        return (f"last lines of this start:\n{lines}({whole})" if lines
+                else f"this start wrote no log lines ({whole})")
+
+
+def process_state(ctx: Context) -> Watch:
+    return Watch(ctx)
 
 
 def needs_full_probe(ctx: Context) -> bool:
@@ -55,7 +74,7 @@ def _probe(ctx: Context) -> str:
     try:
         pid = wait_healthy(target(ctx), process_state(ctx))
     except Unhealthy as exc:
-        raise RoleFailed(f"release {ctx.desired.release} is not healthy: {exc}") from None
+        raise RoleFailed(f"release {ctx.desired.release} is not healthy: {exc}", exc.detail) from None
     ctx.state.bless(ctx.desired.stamped())
     ctx.state.save(ctx.layout.state_file)
     # only now is the rollback target known for sure; releases outside it and keep_releases can go

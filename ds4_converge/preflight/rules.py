@@ -31,16 +31,17 @@ from ds4_converge.spec.hostpaths import UnknownVariable, expand as expand_path
 from ds4_converge.models.placement import entries as model_entries, is_local
 from ds4_converge.core.plan import Finding
 from ds4_converge.engine.release import Toolkit
-from ds4_converge.spec.model import Spec
 from ds4_converge.units import GIB, gib
+from ds4_converge.engine_knowledge import load as load_knowledge
+from ds4_converge.spec.model import TARGETS, Spec
 from ds4_converge.toolchain.select import (chosen_toolkit, compat_dir, compat_package, find_toolkit, needs_compat, select_toolkit)
 
 #: Free space a build needs under paths.root: the exported tree, objects, binaries and the engine git cache.
 BUILD_BYTES = 2 * GIB
 #: The engine's default --kv-disk-space-mb.
-DEFAULT_KV_DISK_MB = 4096
+DEFAULT_KV_DISK_MB = load_knowledge()["server_defaults"]["kv_disk_space_mb"]
 GB10 = Version(12, 1)
-CUDA_TARGETS = ("cuda-spark", "cuda", "cuda-generic")
+CUDA_TARGETS = tuple(t for t in TARGETS if t.startswith("cuda"))
 
 Expander = Callable[[str], Path]
 
@@ -204,10 +205,7 @@ def power_findings(spec: Spec, knowledge: Mapping | None = None) -> list[Finding
     power = spec.server.power
     if power is None or power >= 100:
         return []
-    if knowledge is None:
-        from ds4_converge.engine_knowledge import load
-
-        knowledge = load()
+    knowledge = knowledge or load_knowledge()
     cost = knowledge["power_cost"]
     return [Finding("warning", f"server.power {power} throttles the GPU duty cycle: measured {cost['tok_s']} "
                                f"instead of {cost['full_tok_s']} tok/s at power {cost['power']} on GB10",

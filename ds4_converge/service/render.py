@@ -121,7 +121,7 @@ def _via(cache: RenderCache | None, template: str, values: dict) -> str:
 
 def supervisord_conf(layout: Layout, *, nodaemon: bool = False, cache: RenderCache | None = None) -> str:
     return _via(cache, "supervisord.conf.j2", dict(
-        socket=layout.socket, logs=layout.logs, pidfile=layout.supervisord_pid, root=layout.root,
+        socket=layout.socket, logs=layout.logs, logfile=layout.supervisord_log, pidfile=layout.supervisord_pid, root=layout.root,
         programs=layout.program_dir, nodaemon=nodaemon))
 
 

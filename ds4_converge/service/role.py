@@ -5,6 +5,8 @@ it writes (``Change.after``), so applying writes exactly what the plan showed.
 """
 from __future__ import annotations
 
+import os
+import pwd
 import shutil
 import subprocess
 from functools import partial
@@ -13,13 +15,16 @@ from pathlib import Path
 from ds4_converge.core.context import Context
 from ds4_converge.core.layout import write_atomic
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
+from ds4_converge.engine_knowledge import load as load_knowledge
+from ds4_converge.service import start_log
 from ds4_converge.core.state import Deployment
-from ds4_converge.engine.server_args import UnsupportedSettings, server_argv
+from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
 from ds4_converge.models.placement import SLOTS
 from ds4_converge.service import render, systemd
 from ds4_converge.service.supervisor import supervisord_argv
 
 NAME = "service"
+LOCK_ENV = load_knowledge()["lock"]["env"]  # every ds4 program flock()s this file; one per instance
 
 
 def desired_deployment(ctx: Context) -> Deployment:
@@ -29,7 +34,7 @@ def desired_deployment(ctx: Context) -> Deployment:
         argv = server_argv(ctx.release, server, ctx.models, kv_dir)
     except UnsupportedSettings as exc:
         raise RoleFailed(str(exc)) from None
-    env = {"DS4_LOCK_FILE": str(ctx.layout.engine_lock(server.name)), **ctx.service_env, **server.env}
+    env = {LOCK_ENV: str(ctx.layout.engine_lock(server.name)), **ctx.service_env, **server.env}
     # `env K=V … ds4-server`: every value is passed through shlex quoting, none through INI key=value parsing
     command = [shutil.which("env") or "/usr/bin/env", *(f"{k}={v}" for k, v in sorted(env.items())), *argv]
     try:
@@ -96,6 +101,8 @@ def plan(ctx: Context) -> RolePlan:
                                   restarts=True, action=partial(_switch, deployment=ctx.desired)))
     ctx.restart_needed = any(c.restarts for c in changes)
     findings = port_findings(ctx) if ctx.restart_needed else []
+    if ctx.release is not None:
+        findings += [Finding("info", note) for note in not_rendered(ctx.release, ctx.spec.server)]
     reason = (f"{name} runs release {ctx.release.id} (pid {pid}), config unchanged" if not changes
               else f"{'restart' if ctx.restart_needed else 'update'} {name}")
     return RolePlan(NAME, changes, reason=reason, findings=findings)
@@ -115,6 +122,18 @@ def port_findings(ctx: Context) -> list[Finding]:
 def stale_programs(ctx: Context) -> list[Path]:
     """Program files of another server.name under this root (a rename): they would run beside ours."""
     return sorted(p for p in ctx.layout.program_dir.glob("*.conf") if p.stem != ctx.spec.server.name)
+
+
+def prepare_engine_lock(ctx: Context) -> Path:
+    """The engine's lock file, created 0600 (as ds4 would) and owned by the user the engine runs as."""
+    lock = ctx.layout.engine_lock(ctx.spec.server.name)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    os.close(fd)
+    if ctx.spec.server.user:
+        entry = pwd.getpwnam(ctx.spec.server.user)
+        os.chown(lock, entry.pw_uid, entry.pw_gid)
+    return lock
 
 
 def _unit(ctx: Context) -> str:
@@ -166,6 +185,7 @@ def _switch(ctx: Context, *, deployment: Deployment) -> str:
     name = ctx.spec.server.name
     if ctx.supervisor.running_pid(name):
         ctx.say(f"stopping {name} (SIGTERM, waiting for its process group)")
+    prepare_engine_lock(ctx)
     ctx.switched = True
     switch_to(ctx, deployment.stamped())
     return f"started {name} on release {deployment.release}"
@@ -179,4 +199,5 @@ def switch_to(ctx: Context, deployment: Deployment) -> None:
     ctx.state.save(ctx.layout.state_file)
     write_atomic(ctx.layout.program_conf(name), deployment.program_conf)
     ctx.say(f"starting {name} on release {deployment.release}")
+    ctx.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
     ctx.supervisor.load(name)

@@ -10,9 +10,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.spec.sources import parse_source
 
-TARGETS = ("cuda-spark", "cuda", "cuda-generic", "cpu")
+TARGETS = tuple(load_knowledge()["make_targets"])  # the engine Makefile's targets
 NO_NEWLINE = re.compile(r"^[^\n\r\x00]*$")
 
 # Any string that ends up in an INI file or a command line: newlines and NULs would break both.
@@ -40,7 +41,7 @@ class Engine(Strict):
         None, description="path or URL of an install.sh; the version is its DS4_REF default (and repo its DS4_REPO)")
     commit: str | None = Field(None, pattern=r"^[0-9a-f]{40}$",
                                description="expected commit the version resolves to; a mismatch is an error")
-    target: Literal["cuda-spark", "cuda", "cuda-generic", "cpu"] = "cuda-spark"
+    target: Literal[TARGETS] = "cuda-spark"
     cuda_arch: str | None = Field(None, pattern=r"^(sm_\d{2,3}a?|native)$", description="CUDA_ARCH for target cuda")
     jobs: int | None = Field(None, ge=1, description="make -j (default: number of CPUs)")
     keep_releases: int = Field(3, ge=1, description="built releases to keep besides the current and last-good one")
@@ -129,7 +130,8 @@ class Server(Strict):
     env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], SafeStr] = Field(default_factory=dict)
     user: SafeStr | None = Field(None, description="run the engine as this user (supervisord must run as root)")
     expose: bool = Field(False, description="acknowledge that a non-loopback host serves an API without auth")
-    stop_wait_s: int = Field(600, ge=10, description="SIGTERM grace (prefill + KV write) before SIGKILL")
+    stop_wait_s: int = Field(600, ge=10, description="SIGTERM grace before SIGKILL: a loading engine finishes "
+                                                    "its load first, a serving one its prefill and KV write")
 
     @field_validator("host")
     @classmethod

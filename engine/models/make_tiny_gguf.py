@@ -1,62 +1,103 @@
-"""Writes tiny synthetic GGUF files that pass (or deliberately exercise) the ds4
-engine's model checks. Output is deterministic.
+"""The project's one GGUF writer: tiny synthetic DeepSeek-V4-Flash files with the metadata the real engine needs.
+
+Every key comes from engine/knowledge/ds4.yaml with the GGUF type the real engine reads (u32 keys as UINT32,
+f32 keys as FLOAT32, arrays of UINT32 / FLOAT32, a BOOL), plus the tokenizer arrays vocab_load() reads first.
+The real ds4-server accepts the metadata of `main_model_kv()` and stops at its first missing tensor
+(tests/conformance checks exactly that). Output is deterministic.
 
 usage: python engine/models/make_tiny_gguf.py [OUTDIR]   (default: this directory)
 
-  tiny-ds4flash.gguf        main model: every required deepseek4.* key + 2 tensors
+  tiny-ds4flash.gguf        main model: tokenizer + every deepseek4.* key the engine checks + 2 tensors
   tiny-ds4flash-0731.gguf   the same, deepseek4.checkpoint_variant = "0731"
   tiny-mtp.gguf             MTP head: mtp.0.* tensors, no deepseek4.* keys
   tiny-dspark-0731.gguf     DSpark drafter (general.architecture deepseek4-dspark), variant 0731
   tiny-dspark-legacy.gguf   DSpark drafter without a variant
+
+In tests: `write(path, arch, kv, tensors)` writes any variant; kv values are `Value`s (exact GGUF type) or
+plain Python values (bool → BOOL, int → UINT32, float → FLOAT32, str → STRING, list → ARRAY of those).
 """
 
+from __future__ import annotations
+
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
+import yaml
 
 HERE = Path(__file__).resolve().parent
 KNOWLEDGE = HERE.parent / "knowledge" / "ds4.yaml"
+T = gguf.GGUFValueType
 
 FILES = ["tiny-ds4flash.gguf", "tiny-ds4flash-0731.gguf", "tiny-mtp.gguf",
          "tiny-dspark-0731.gguf", "tiny-dspark-legacy.gguf"]
 
-# value types as the real conversion writes them
-_FLOAT_KEYS = {"deepseek4.rope.scaling.factor", "deepseek4.expert_weights_scale"}
+# the GGUF type a real conversion writes for each kind of key (the engine accepts more: knowledge value_kinds)
+KIND_TYPES = {"u32": T.UINT32, "u64": T.UINT64, "f32": T.FLOAT32, "bool": T.BOOL}
+# a few ordinary tokens besides the special ones, so that a merge has something to name
+PLAIN_TOKENS = ["a", "b", "ab", "P", "aris", "Paris", " ", "\n"]
 
 
-def _knowledge():
-    import yaml
+@dataclass(frozen=True)
+class Value:
+    """A metadata value with its exact GGUF type (item_type: the element type of an ARRAY)."""
+
+    type: T
+    value: Any
+    item_type: T | None = None
+
+
+def knowledge() -> dict:
     with open(KNOWLEDGE, encoding="utf-8") as f:
         return yaml.safe_load(f)
 
 
-def _add(w, key, value):
-    if isinstance(value, bool):
-        w.add_bool(key, value)
-    elif isinstance(value, str):
-        w.add_string(key, value)
-    elif isinstance(value, float) or key in _FLOAT_KEYS:
-        w.add_float32(key, float(value))
-    elif isinstance(value, int):
-        w.add_uint32(key, value)
-    elif isinstance(value, list):
-        w.add_array(key, value)
-    else:
-        raise TypeError("%s: unsupported value %r" % (key, value))
+def tokenizer_kv(k: dict | None = None) -> dict[str, Value]:
+    tok = (k or knowledge())["gguf"]["tokenizer"]
+    tokens = list(tok["special_tokens"]) + PLAIN_TOKENS
+    return {tok["tokens"]: Value(T.ARRAY, tokens, T.STRING),
+            tok["merges"]: Value(T.ARRAY, ["a b", "P aris"], T.STRING)}
 
 
-def _write(path, arch, kv, tensors):
-    w = gguf.GGUFWriter(str(path), arch)
-    for k, v in kv:
-        _add(w, k, v)
-    for name, arr in tensors:
-        w.add_tensor(name, arr)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+def key_value(rule: dict, layers: int) -> Value:
+    """The value a real conversion writes for one rule of knowledge gguf.main_model.keys."""
+    if rule["kind"] == "array":
+        item = T[rule["items"][0]]
+        values = rule["values"] if "values" in rule else [rule["each"]] * layers
+        return Value(T.ARRAY, [float(v) if item == T.FLOAT32 else int(v) for v in values], item)
+    kind = KIND_TYPES[rule["kind"]]
+    value = rule["value"]
+    return Value(kind, float(value) if kind == T.FLOAT32 else value)
+
+
+def main_model_kv(k: dict | None = None) -> dict[str, Value | Any]:
+    """Everything the real engine reads from a main model, in the order a conversion writes it."""
+    k = k or knowledge()
+    model = k["gguf"]["main_model"]
+    kv: dict[str, Value | Any] = {"general.name": "DeepSeek-V4-Flash tiny synthetic"}
+    kv.update(tokenizer_kv(k))
+    kv.update({key: key_value(rule, model["layers"]) for key, rule in model["keys"].items()})
+    return kv
+
+
+def dspark_kv(k: dict | None = None) -> dict[str, Any]:
+    k = k or knowledge()
+    return {"general.name": "DeepSeek-V4-Flash DSpark drafter tiny synthetic", **k["dspark_drafter"]["required"],
+            "deepseek4.dspark.target_layers": [40, 41, 42]}
+
+
+def main_tensors(k: dict | None = None) -> list:
+    k = k or knowledge()
+    return [(k["gguf"]["first_tensor"], _t((4, 8), 0)), ("blk.0.attn_norm.weight", _t((8,), 1))]
+
+
+def mtp_tensors(k: dict | None = None) -> list:
+    prefix = (k or knowledge())["gguf"]["mtp_tensor_prefix"]
+    return [(f"{prefix}e_proj.weight", _t((8, 4), 2)), (f"{prefix}enorm.weight", _t((8,), 3)),
+            (f"{prefix}hnorm.weight", _t((8,), 4))]
 
 
 def _t(shape, seed):
@@ -64,35 +105,52 @@ def _t(shape, seed):
     return ((np.arange(n, dtype=np.float32) + seed) / 16.0).reshape(shape)
 
 
-def main_kv(k):
-    kv = [("general.name", "DeepSeek-V4-Flash tiny synthetic"), ("general.file_type", 7)]
-    kv += list(k["main_model_required"].items())
-    # further fields of a real conversion (not checked by the engine)
-    kv += [("deepseek4.context_length", 1048576), ("deepseek4.rope.freq_base", 10000.0),
-           ("deepseek4.rope.scaling.type", "yarn"), ("deepseek4.expert_group_count", 0),
-           ("deepseek4.expert_group_used_count", 0), ("deepseek4.swiglu_clamp_exp", 10.0),
-           ("deepseek4.attention.compress_ratios", [0, 0] + [4, 128] * 20 + [4])]
-    return kv
+def _typed(key: str, value) -> Value:
+    if isinstance(value, Value):
+        return value
+    if isinstance(value, bool):
+        return Value(T.BOOL, value)
+    if isinstance(value, int):
+        return Value(T.UINT32, value)
+    if isinstance(value, float):
+        return Value(T.FLOAT32, value)
+    if isinstance(value, str):
+        return Value(T.STRING, value)
+    if isinstance(value, (list, tuple)) and value:
+        return Value(T.ARRAY, list(value), _typed(key, value[0]).type)
+    raise TypeError(f"{key}: unsupported value {value!r}")
+
+
+def write(path, arch: str, kv: dict, tensors=()) -> Path:
+    """Write one GGUF v3 file. tensors: names (8 float32 zeros each) or (name, ndarray) pairs."""
+    path = Path(path)
+    writer = gguf.GGUFWriter(str(path), arch)
+    for key, value in kv.items():
+        typed = _typed(key, value)
+        writer.add_key_value(key, typed.value, typed.type, typed.item_type)
+    for tensor in tensors:
+        name, array = (tensor, np.zeros(8, dtype=np.float32)) if isinstance(tensor, str) else tensor
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
 
 
 def build(outdir=HERE):
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    k = _knowledge()
-    variant_key = k["generation"]["variant_key"]
-    newer = k["generation"]["newer"]
-    main_tensors = [("token_embd.weight", _t((4, 8), 0)), ("blk.0.attn_norm.weight", _t((8,), 1))]
-    _write(outdir / "tiny-ds4flash.gguf", "deepseek4", main_kv(k), main_tensors)
-    _write(outdir / "tiny-ds4flash-0731.gguf", "deepseek4", main_kv(k) + [(variant_key, newer)], main_tensors)
-    _write(outdir / "tiny-mtp.gguf", "deepseek4", [("general.name", "DeepSeek-V4-Flash MTP tiny synthetic")],
-           [("mtp.0.eh_proj.weight", _t((8, 4), 2)), ("mtp.0.enorm.weight", _t((8,), 3)),
-            ("mtp.0.hnorm.weight", _t((8,), 4))])
-    d = k["dspark_drafter"]
-    dkv = [("general.name", "DeepSeek-V4-Flash DSpark drafter tiny synthetic")]
-    dkv += list(d["required"].items()) + [("deepseek4.dspark.target_layers", [40, 41, 42])]
+    k = knowledge()
+    variant = {k["generation"]["variant_key"]: k["generation"]["newer"]}
+    write(outdir / "tiny-ds4flash.gguf", "deepseek4", main_model_kv(k), main_tensors(k))
+    write(outdir / "tiny-ds4flash-0731.gguf", "deepseek4", {**main_model_kv(k), **variant}, main_tensors(k))
+    write(outdir / "tiny-mtp.gguf", "deepseek4", {"general.name": "DeepSeek-V4-Flash MTP tiny synthetic"},
+          mtp_tensors(k))
+    drafter = k["dspark_drafter"]
     dt = [("dspark.markov.weight", _t((4, 4), 5)), ("blk.0.attn_norm.weight", _t((8,), 6))]
-    _write(outdir / "tiny-dspark-0731.gguf", d["architecture"], dkv + [(variant_key, newer)], dt)
-    _write(outdir / "tiny-dspark-legacy.gguf", d["architecture"], dkv, dt)
+    write(outdir / "tiny-dspark-0731.gguf", drafter["architecture"], {**dspark_kv(k), **variant}, dt)
+    write(outdir / "tiny-dspark-legacy.gguf", drafter["architecture"], dspark_kv(k), dt)
     return [outdir / f for f in FILES]
 
 

@@ -15,20 +15,20 @@ OPTIONS = [
     C.Opt(("--ctx-max",), "N", "ctx_max", "int", "last frontier (default 32768)"),
     C.Opt(("--step-incr",), "N", "step_incr", "int", "frontier increment (default 2048)"),
     C.Opt(("--step-mul",), "F", "step_mul", "float", "geometric frontier growth",
-          C.check(lambda f: f > 1.0, "%(opt)s must be > 1")),
+          C.check(lambda f: f > 1.0)),
     C.Opt(("-n", "--gen-tokens"), "N", "gen", "int", "greedy tokens decoded per frontier (default 128)"),
     C.Opt(("--ctx-alloc",), "N", "ctx_alloc", "int", "context allocated (default ctx max plus gen plus 1)"),
     C.Opt(("-m", "--model"), "FILE", "model", "str", "main GGUF (default ds4flash.gguf)"),
     C.Opt(("-t", "--threads"), "N", "threads", "int", "CPU helper threads"),
     *C.RUN_OPTIONS,
     C.Opt(("--csv",), "FILE", "csv", "str", "write CSV here instead of stdout"),
-    C.Opt(("-h", "--help"), None, "help", "help", "show this help and exit"),
+    C.Opt(("-h", "--help"), None, "help", "help", "Show this help."),
 ]
 
 DEFAULTS = {"prompt_file": None, "chat_file": None, "system": None, "ctx_start": 2048, "ctx_max": 32768,
             "step_incr": 2048, "step_mul": None, "gen": 128, "ctx_alloc": None, "model": "ds4flash.gguf",
             "threads": None, "quality": False, "warm": False, "backend": None, "csv": None}
-CLI = C.Options("ds4-bench", OPTIONS, width=28)
+CLI = C.Options("ds4-bench", OPTIONS)
 
 
 def parse(argv):
@@ -57,7 +57,7 @@ def frontiers(o):
 def main(argv=None):
     o = parse(sys.argv[1:] if argv is None else argv)
     C.acquire_instance_lock()
-    g = C.read_gguf(o["model"], "model")
+    g = C.read_gguf(o["model"])
     C.validate_main(g)
     path = o["prompt_file"] or o["chat_file"]
     try:

@@ -22,13 +22,13 @@ OPTIONS = [
     C.Opt(("--inspect",), None, "inspect", "flag", "print model metadata and exit"),
     C.Opt(("--dump-tokens",), None, "dump", "flag", "tokenize the prompt and exit"),
     *C.RUN_OPTIONS,
-    C.Opt(("-h", "--help"), None, "help", "help", "show this help and exit"),
+    C.Opt(("-h", "--help"), None, "help", "help", "Show this help."),
 ]
 
 DEFAULTS = {"model": "ds4flash.gguf", "mtp": None, "mtp_draft": 1, "ctx": 32768, "tokens": 50000,
             "threads": None, "prompt": None, "prompt_file": None, "temp": 1.0, "think": "high",
             "inspect": False, "dump": False, "quality": False, "warm": False, "backend": None}
-CLI = C.Options("ds4", OPTIONS, width=26)
+CLI = C.Options("ds4", OPTIONS, synopsis="[(-p PROMPT | --prompt-file FILE)] [options]")
 
 
 def parse(argv):
@@ -42,7 +42,7 @@ def main(argv=None):
     o = parse(sys.argv[1:] if argv is None else argv)
     C.PROG = "ds4"
     C.acquire_instance_lock()
-    g = C.read_gguf(o["model"], "model")
+    g = C.read_gguf(o["model"])
     if o["inspect"]:
         sys.stdout.write("file: %s\nsize: %d bytes\ngguf version: %d\ntensors: %d\n"
                          % (o["model"], g.size, g.version, len(g.tensors)))

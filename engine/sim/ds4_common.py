@@ -28,7 +28,8 @@ except ImportError:  # pragma: no cover - source-tree runs only
     }
 
 PROG = "ds4"
-TIMESTAMPS = False  # the server prefixes every line with "MMDD HH:MM:SS "
+# ds4-server prefixes its own lines ("ds4-server: …") with "MMDD HH:MM:SS "; engine lines ("ds4: …") have none
+TIMESTAMPS = False
 
 KNOWN_FAULTS = ("none", "crash-at-start", "crash-after", "hang", "wrong-model",
                 "wrong-answer", "build-fails")
@@ -40,58 +41,69 @@ KNOWN_FAULTS = ("none", "crash-at-start", "crash-after", "hang", "wrong-model",
 #   kind:  str | int (> 0) | int0 (>= 0) | float | flag | const:<value> | help | version
 #   check: None or check(...): a further test of the converted value
 #   fork:  listed only by fork builds (the program filters its table)
+#   text:  the description, printed on the line after the option; None: parsed but not listed on its own
+#          (a plain string row of the table prints a heading or a grouped line as it is)
 Opt = collections.namedtuple("Opt", "names meta key kind text check fork", defaults=(None, False))
 
 
 # kernel, weight-load and backend options of ds4 and ds4-bench (ds4-server words its own)
 RUN_OPTIONS = [
-    Opt(("--quality",), None, "quality", "flag", "exact kernels"),
-    Opt(("--warm-weights",), None, "warm", "flag", "touch all mapped weight pages first"),
-    Opt(("--metal",), None, "backend", "const:metal", "use the Metal backend"),
-    Opt(("--cuda",), None, "backend", "const:cuda", "use the CUDA backend"),
-    Opt(("--cpu",), None, "backend", "const:cpu", "use the CPU reference backend"),
-    Opt(("--backend",), "NAME", "backend", "str", "backend: metal, cuda or cpu"),
+    Opt(("--quality",), None, "quality", "flag", "Prefer exact kernels where faster approximate paths exist."),
+    Opt(("--warm-weights",), None, "warm", "flag", "Touch mapped tensor pages before running."),
+    "  --metal | --cuda | --cpu | --backend NAME",
+    "      Select backend explicitly.",
+    Opt(("--metal",), None, "backend", "const:metal", None),
+    Opt(("--cuda",), None, "backend", "const:cuda", None),
+    Opt(("--cpu",), None, "backend", "const:cpu", None),
+    Opt(("--backend",), "NAME", "backend", "str", None),
 ]
 
 
-def check(ok, msg):
+def check(ok, msg="invalid value for %(opt)s: %(val)s"):
     """A validator for an Opt row: the message msg (with %(opt)s, the option as
-    given, and %(val)s, the value) when ok(value) is false."""
-    return lambda opt, val: None if ok(val) else msg % {"opt": opt, "val": val}
+    given, and %(val)s, the value as given) when ok(converted value) is false."""
+    return lambda opt, val, raw: None if ok(val) else msg % {"opt": opt, "val": raw}
 
 
 def _int10(v):
     return int(v, 10)
 
 
-# kind: (conversion, message when it fails, check every value of the kind passes)
+# kind: (conversion, check every value of the kind passes), as parse_int_arg() and friends of the real programs
 _VALUE_KINDS = {
-    "str": (str, None, None),
-    "int": (_int10, "invalid integer for %(opt)s: %(val)s", check(lambda n: n > 0, "%(opt)s must be > 0")),
-    "int0": (_int10, "invalid integer for %(opt)s: %(val)s", check(lambda n: n >= 0, "%(opt)s must be >= 0")),
-    "float": (float, "invalid number for %(opt)s: %(val)s", None),
+    "str": (str, None),
+    "int": (_int10, check(lambda n: 0 < n <= 0x7FFFFFFF)),
+    "int0": (_int10, check(lambda n: 0 <= n <= 0x7FFFFFFF)),
+    "float": (float, None),
 }
 
 
 class Options:
-    """The table-driven command line of one program: usage text, errors (exit 2)
-    and parsing into a dict of the table's keys."""
+    """The table-driven command line of one program: usage text in the real programs' layout
+    (`Usage:`, headings, each option on its own line with the description on the next), errors
+    (exit 2: "PROG: unknown option: X" plus usage, "missing value for", "invalid value for") and
+    parsing into a dict of the table's keys."""
 
-    def __init__(self, prog, table, width=None):
+    def __init__(self, prog, table, synopsis="[options]"):
         self.prog = prog
         self.table = table
-        self.width = width  # of the names column; None: the longest entry + 1
+        self.synopsis = synopsis
+
+    def opts(self):
+        return [o for o in self.table if isinstance(o, Opt)]
 
     def usage(self):
-        lines = ["usage: %s [options]" % self.prog, "", "options:"]
-        rows = [(", ".join(o.names) + (" " + o.meta if o.meta else ""), o.text) for o in self.table]
-        width = self.width if self.width is not None else max(len(r[0]) for r in rows) + 1
-        for left, text in rows:
-            lines.append("  %-*s %s" % (width, left, text))
+        lines = ["Usage: %s %s" % (self.prog, self.synopsis), ""]
+        for row in self.table:
+            if isinstance(row, str):
+                lines.append(row)
+            elif row.text is not None:
+                lines.append("  " + ", ".join(row.names) + (" " + row.meta if row.meta else ""))
+                lines.append("      " + row.text)
         return "\n".join(lines) + "\n"
 
     def bad(self, msg, with_usage=False):
-        sys.stderr.write("%s: %s\n" % (self.prog, msg))
+        log("%s: %s" % (self.prog, msg))
         if with_usage:
             sys.stderr.write(self.usage())
         sys.stderr.flush()
@@ -104,7 +116,7 @@ class Options:
 
     def parse(self, argv, defaults):
         o = dict(defaults)
-        by_name = {n: opt for opt in self.table for n in opt.names}
+        by_name = {n: opt for opt in self.opts() for n in opt.names}
         i = 0
         while i < len(argv):
             arg = argv[i]
@@ -123,13 +135,13 @@ class Options:
                 self.bad("missing value for %s" % arg)
             raw = argv[i + 1]
             i += 2
-            convert, invalid, kind_check = _VALUE_KINDS[opt.kind]
+            convert, kind_check = _VALUE_KINDS[opt.kind]
             try:
                 val = convert(raw)
             except ValueError:
-                self.bad(invalid % {"opt": arg, "val": raw})
+                self.bad("invalid value for %s: %s" % (arg, raw))
             for test in (kind_check, opt.check):
-                err = test and test(arg, val)
+                err = test and test(arg, val, raw)
                 if err:
                     self.bad(err)
             o[opt.key] = val
@@ -139,7 +151,7 @@ class Options:
 # --------------------------------------------------------------------------- logging
 
 def log(msg):
-    if TIMESTAMPS:
+    if TIMESTAMPS and msg.startswith("ds4-server:"):
         msg = time.strftime("%m%d %H:%M:%S ") + msg
     try:
         sys.stderr.write(msg + "\n")
@@ -218,24 +230,28 @@ _lock_fd = None
 
 
 def acquire_instance_lock():
-    """flock DS4_LOCK_FILE (default /tmp/ds4.lock), truncate it and write our pid.
-    The descriptor stays open for the life of the process."""
+    """As ds4_acquire_instance_lock(): flock DS4_LOCK_FILE (default /tmp/ds4.lock, created 0600), truncate it
+    and write our pid. Every failure exits 2. The descriptor stays open for the life of the process; the pid
+    stays in the file after exit (it is not a pid file: only the flock says who runs)."""
     global _lock_fd
     path = os.environ.get("DS4_LOCK_FILE") or "/tmp/ds4.lock"
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as e:
-        die("ds4: cannot open lock file %s: %s" % (path, e.strerror), 1)
+        die("ds4: failed to open lock file %s: %s" % (path, e.strerror), 2)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             try:
-                other = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
+                m = re.match(rb"\s*([+-]?\d+)", os.pread(fd, 63, 0))
+                owner = int(m.group(1)) if m else -1
             except OSError:
-                other = "?"
-            die("ds4: another ds4 process is already running (pid %s); refusing to start" % other, 2)
-        die("ds4: cannot lock %s: %s" % (path, e.strerror), 1)
+                owner = -1
+            if owner > 0:
+                die("ds4: another ds4 process is already running (pid %d); refusing to start" % owner, 2)
+            die("ds4: another ds4 process is already running; refusing to start", 2)
+        die("ds4: failed to lock %s: %s" % (path, e.strerror), 2)
     os.ftruncate(fd, 0)
     os.pwrite(fd, ("%d\n" % os.getpid()).encode(), 0)
     _lock_fd = fd
@@ -265,11 +281,12 @@ class GGUFError(Exception):
 
 
 class GGUFFile:
-    def __init__(self, path, size, version, kv, tensors, data_offset):
+    def __init__(self, path, size, version, kv, types, tensors, data_offset):
         self.path = path
         self.size = size
         self.version = version
-        self.kv = kv                # key -> python value
+        self.kv = kv                # key -> python value (arrays: lists)
+        self.types = types          # key -> (GGUF value type, element type of an array or None)
         self.tensors = tensors      # list of (name, dims, type, offset)
         self.data_offset = data_offset
 
@@ -293,6 +310,7 @@ class _Reader:
     def __init__(self, f, size):
         self.f = f
         self.size = size
+        self.item_type = None  # element type of the array read last
 
     def read(self, n):
         b = self.f.read(n)
@@ -320,91 +338,96 @@ class _Reader:
             n = self.scalar(10)
             if n > self.size:
                 raise GGUFError("array length out of range")
+            self.item_type = et
             return [self.value(et, depth + 1) for _ in range(n)]
         raise GGUFError("unknown metadata value type %d" % t)
 
 
-def read_gguf(path, what="model"):
-    """Opens and parses a GGUF header, metadata and tensor table.
+def read_gguf(path):
+    """Opens and parses a GGUF header, metadata and tensor table (model_open() of the engine).
     Exits like the engine on the classic failures."""
     try:
         f = open(path, "rb")
     except OSError as e:
-        die("ds4: cannot open %s '%s': %s" % (what, path, e.strerror or e), 1)
+        die("ds4: cannot open model '%s': %s" % (path, e.strerror or e), 1)
     with f:
         try:
             size = os.fstat(f.fileno()).st_size
             head = f.read(24)
         except OSError as e:
-            die("ds4: cannot open %s '%s': %s" % (what, path, e.strerror or e), 1)
-        if len(head) < 24:
-            die("ds4: %s file is too small to be GGUF" % what, 1)
+            die("ds4: cannot stat model '%s': %s" % (path, e.strerror or e), 1)
+        if size < 32:
+            die("ds4: model file is too small to be GGUF", 1)
         if head[:4] != GGUF_MAGIC:
-            die("ds4: %s is not a GGUF file" % what, 1)
+            die("ds4: model is not a GGUF file", 1)
         version, n_tensors, n_kv = struct.unpack("<IQQ", head[4:24])
         if version != 3:
-            die("ds4: only GGUF v3 is supported (%s has version %d)" % (what, version), 1)
+            die("ds4: only GGUF v3 is supported", 1)
         r = _Reader(f, size)
         try:
             if n_kv > size or n_tensors > size:
                 raise GGUFError("counts out of range")
-            kv = {}
+            kv, types = {}, {}
             for _ in range(n_kv):
                 key = r.string()
-                kv[key] = r.value(r.scalar(4))
+                t = r.scalar(4)
+                r.item_type = None
+                kv[key] = r.value(t)
+                types[key] = (t, r.item_type)
             tensors = []
             for _ in range(n_tensors):
                 name = r.string()
                 nd = r.scalar(4)
-                if nd > 8:
-                    raise GGUFError("tensor %s has %d dimensions" % (name, nd))
+                if nd == 0 or nd > 8:
+                    raise GGUFError("tensor has an unsupported number of dimensions")
                 dims = [r.scalar(10) for _ in range(nd)]
                 typ = r.scalar(4)
                 off = r.scalar(10)
                 tensors.append((name, dims, typ, off))
             pos = f.tell()
         except (GGUFError, struct.error) as e:
-            die("ds4: failed to read GGUF metadata of %s: %s" % (what, e), 1)
+            die("ds4: %s" % e, 1)
     align = kv.get("general.alignment", 32)
-    if not isinstance(align, int) or align <= 0:
+    if types.get("general.alignment", (None,))[0] != 4 or not align:
         align = 32
     data_offset = (pos + align - 1) // align * align
-    g = GGUFFile(path, size, version, kv, tensors, data_offset)
+    g = GGUFFile(path, size, version, kv, types, tensors, data_offset)
     want = g.expected_size()
     if g.tensors and want > size:
-        die("ds4: %s file is truncated (%d bytes, tensor data needs %d)" % (what, size, want), 1)
+        die("ds4: tensor points outside GGUF file", 1)
     return g
 
 
-# keys config_validate_model() insists on, with their fixed values
-MAIN_REQUIRED = [
-    ("deepseek4.block_count", 43),
-    ("deepseek4.embedding_length", 4096),
-    ("deepseek4.vocab_size", 129280),
-    ("deepseek4.attention.head_count", 64),
-    ("deepseek4.attention.head_count_kv", 1),
-    ("deepseek4.attention.key_length", 512),
-    ("deepseek4.attention.value_length", 512),
-    ("deepseek4.rope.dimension_count", 64),
-    ("deepseek4.attention.q_lora_rank", 1024),
-    ("deepseek4.attention.output_lora_rank", 1024),
-    ("deepseek4.attention.output_group_count", 8),
-    ("deepseek4.attention.sliding_window", 128),
-    ("deepseek4.expert_count", 256),
-    ("deepseek4.expert_used_count", 6),
-    ("deepseek4.expert_feed_forward_length", 2048),
-    ("deepseek4.expert_shared_count", 1),
-    ("deepseek4.hash_layer_count", 3),
-    ("deepseek4.indexer.head_count", 64),
-    ("deepseek4.indexer.key_length", 128),
-    ("deepseek4.indexer.top_k", 512),
-    ("deepseek4.hyper_connection.count", 4),
-    ("deepseek4.hyper_connection.sinkhorn_iterations", 20),
-    ("deepseek4.rope.scaling.original_context_length", 65536),
-    ("deepseek4.rope.scaling.factor", 16),
-    ("deepseek4.expert_weights_scale", 1.5),
-    ("deepseek4.expert_weights_norm", True),
+# --------------------------------------------------------------------------- model checks
+# As vocab_load() and config_validate_model() of the real ds4.c: the same order, the same value types,
+# the same messages. The simulated "model" is tiny, so tensors are not bound.
+
+U32, I32, F32, BOOL, STRING, ARRAY, U64, F64 = 4, 5, 6, 7, 8, 9, 10, 12
+N_LAYER = 43
+
+SPECIAL_TOKENS = ["<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>",
+                  "<\uff5cUser\uff5c>", "<\uff5cAssistant\uff5c>", "<think>", "</think>", "\uff5cDSML\uff5c"]
+
+# (key, expected) read with required_u32, in the engine's order; the values are checked after all are read
+MAIN_U32_FIRST = [
+    ("block_count", 43), ("embedding_length", 4096), ("vocab_size", 129280),
+    ("attention.head_count", 64), ("attention.head_count_kv", 1), ("attention.key_length", 512),
+    ("attention.value_length", 512), ("rope.dimension_count", 64), ("attention.q_lora_rank", 1024),
+    ("attention.output_lora_rank", 1024), ("attention.output_group_count", 8), ("expert_count", 256),
+    ("expert_used_count", 6), ("expert_feed_forward_length", 2048), ("expert_shared_count", 1),
+    ("hash_layer_count", 3),
 ]
+# the order config_expect_u32 checks them in (block_count is checked later)
+MAIN_U32_CHECK_ORDER = [
+    "embedding_length", "vocab_size", "attention.head_count", "attention.key_length", "attention.head_count_kv",
+    "attention.value_length", "rope.dimension_count", "attention.output_group_count", "attention.q_lora_rank",
+    "attention.output_lora_rank", "expert_count", "expert_used_count", "expert_feed_forward_length",
+    "expert_shared_count", "hash_layer_count",
+]
+MAIN_F32 = [("rope.freq_base", 10000.0), ("rope.scaling.factor", 16.0), ("rope.scaling.yarn_beta_fast", 32.0),
+            ("rope.scaling.yarn_beta_slow", 1.0), ("attention.compress_rope_freq_base", 160000.0),
+            ("expert_weights_scale", 1.5), ("attention.layer_norm_rms_epsilon", 1e-6),
+            ("hyper_connection.epsilon", 1e-6)]
 
 DSPARK_ARCH = "deepseek4-dspark"
 DSPARK_REQUIRED = [
@@ -429,22 +452,140 @@ def _fmt(v):
 
 
 def _matches(got, want):
-    if isinstance(want, bool):
-        return isinstance(got, bool) and got == want
-    if isinstance(got, bool) or not isinstance(got, (int, float)):
-        return False
-    if isinstance(want, float) or isinstance(got, float):
-        return abs(float(got) - float(want)) < 1e-6
-    return got == want
+    if isinstance(want, bool) or isinstance(got, bool):
+        return got is want
+    return isinstance(got, (int, float)) and abs(float(got) - float(want)) < 1e-6
+
+
+def _f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def _g9(x):
+    """printf %.9g"""
+    return "%.9g" % x
+
+
+class _Meta:
+    def __init__(self, g):
+        self.g = g
+
+    def typed(self, key):
+        t = self.g.types.get(key)
+        return (None, None, None) if t is None else (t[0], t[1], self.g.kv[key])
+
+    def u32(self, key):
+        t, _, v = self.typed(key)
+        if t != U32:
+            die("ds4: required metadata key is missing: %s" % key, 1)
+        return v
+
+    def u64(self, key):
+        t, _, v = self.typed(key)
+        if t is None:
+            die("ds4: required metadata key is missing: %s" % key, 1)
+        if t not in (U64, U32):
+            die("ds4: metadata key has a non-integer type: %s" % key, 1)
+        return v
+
+    def f32(self, key):
+        t, _, v = self.typed(key)
+        if t is None:
+            die("ds4: required metadata key is missing: %s" % key, 1)
+        if t not in (F32, F64, U32, I32):
+            die("ds4: metadata key has a non-float type %d: %s" % (t, key), 1)
+        return _f32(float(v))
+
+    def bool(self, key):
+        t, _, v = self.typed(key)
+        if t != BOOL:
+            die("ds4: required metadata key is missing: %s" % key, 1)
+        return bool(v)
+
+
+def _expect_u32(name, got, want):
+    if got != want:
+        die("ds4: expected %s=%d for DeepSeek4 Flash, got %d" % (name, want, got), 1)
+
+
+def _expect_f32(name, got, want):
+    want = _f32(want)
+    scale = abs(want) if abs(want) > 1.0 else 1.0
+    if abs(_f32(got - want)) <= _f32(scale * _f32(1.0e-6)):
+        return
+    die("ds4: expected %s=%s for DeepSeek4 Flash, got %s" % (name, _g9(want), _g9(got)), 1)
+
+
+def vocab_load(g):
+    tt, tit, tokens = (g.types.get("tokenizer.ggml.tokens", (None, None)) + (g.kv.get("tokenizer.ggml.tokens"),))
+    if tt != ARRAY or tit != STRING or len(tokens) > 0x7FFFFFFF:
+        die("ds4: GGUF tokenizer token table is missing or invalid", 1)
+    mt, mit = g.types.get("tokenizer.ggml.merges", (None, None))
+    if mt != ARRAY or mit != STRING:
+        die("ds4: GGUF tokenizer merge table is missing or invalid", 1)
+    have = set(tokens)
+    for token in SPECIAL_TOKENS:
+        if token not in have:
+            die("ds4: required tokenizer token is missing: %s" % token, 1)
 
 
 def validate_main(g):
-    for key, want in MAIN_REQUIRED:
-        if key not in g.kv:
-            die("ds4: required metadata key is missing: %s" % key, 1)
-        got = g.kv[key]
-        if not _matches(got, want):
-            die("ds4: expected %s=%s for DeepSeek4 Flash, got %s" % (key, _fmt(want), _fmt(got)), 1)
+    vocab_load(g)
+    m = _Meta(g)
+    got = {name: m.u32("deepseek4." + name) for name, _want in MAIN_U32_FIRST}
+    want = dict(MAIN_U32_FIRST)
+    groups = {}
+    for name in ("expert_group_count", "expert_group_used_count"):
+        t, _, v = m.typed("deepseek4." + name)
+        groups[name] = v if t == U32 else 0
+    for name in MAIN_U32_CHECK_ORDER:
+        _expect_u32(name, got[name], want[name])
+    for name, v in groups.items():
+        _expect_u32(name, v, 0)
+    _expect_u32("attention.sliding_window", m.u32("deepseek4.attention.sliding_window"), 128)
+    indexer = [(n, m.u32("deepseek4.attention.indexer." + n), w)
+               for n, w in (("head_count", 64), ("key_length", 128), ("top_k", 512))]
+    for n, v, w in indexer:
+        _expect_u32("attention.indexer." + n, v, w)
+    _expect_u32("hyper_connection.count", m.u32("deepseek4.hyper_connection.count"), 4)
+    _expect_u32("hyper_connection.sinkhorn_iterations", m.u32("deepseek4.hyper_connection.sinkhorn_iterations"), 20)
+    _expect_u32("block_count", got["block_count"], N_LAYER)
+    _compress_ratios(m)
+    _swiglu_clamp(m)
+    orig = m.u64("deepseek4.rope.scaling.original_context_length")
+    if orig != 65536:
+        die("ds4: expected rope.scaling.original_context_length=65536 for DeepSeek4 Flash, got %d" % orig, 1)
+    for name, w in MAIN_F32:
+        _expect_f32(name, m.f32("deepseek4." + name), w)
+    norm = m.bool("deepseek4.expert_weights_norm")
+    if norm is not True:
+        die("ds4: expected expert_weights_norm=true for DeepSeek4 Flash, got false", 1)
+
+
+def _compress_ratios(m):
+    key = "deepseek4.attention.compress_ratios"
+    t, it, v = m.typed(key)
+    if t != ARRAY or it not in (U32, I32):
+        die("ds4: required int32/uint32 array metadata key is missing: %s" % key, 1)
+    if len(v) < N_LAYER:
+        die("ds4: deepseek4.attention.compress_ratios is shorter than the layer count", 1)
+    for il in range(N_LAYER):
+        if v[il] < 0:
+            die("ds4: metadata array contains a negative value", 1)
+        want = 0 if il < 2 else (4 if il % 2 == 0 else 128)
+        if v[il] != want:
+            die("ds4: unexpected DeepSeek4 compression ratio at layer %d: got %d, expected %d" % (il, v[il], want), 1)
+
+
+def _swiglu_clamp(m):
+    key = "deepseek4.swiglu_clamp_exp"
+    t, it, v = m.typed(key)
+    if t != ARRAY or it not in (F32, F64):
+        die("ds4: required float array metadata key is missing: %s" % key, 1)
+    if len(v) < N_LAYER:
+        die("ds4: deepseek4.swiglu_clamp_exp is shorter than the layer count", 1)
+    for il in range(N_LAYER):
+        _expect_f32("swiglu_clamp_exp", _f32(float(v[il])), 10.0)
 
 
 def variant(g):
@@ -453,14 +594,14 @@ def variant(g):
 
 
 def open_mtp(path):
-    g = read_gguf(path, "MTP model")
+    g = read_gguf(path)
     if not any(n.startswith("mtp.0.") for n in g.tensor_names()):
-        die("ds4: required tensor is missing: mtp.0.eh_proj.weight (is '%s' an MTP GGUF?)" % path, 1)
+        die("ds4: required tensor is missing: mtp.0.hc_head_base.weight", 1)
     return g
 
 
 def open_dspark(path):
-    g = read_gguf(path, "DSpark drafter")
+    g = read_gguf(path)
     arch = g.kv.get("general.architecture")
     if arch != DSPARK_ARCH:
         die("ds4: DSpark drafter '%s' has general.architecture=%s, expected %s"
@@ -536,11 +677,13 @@ def simulate_load(g, backend, warm, stop_requested, hang=False):
 
 
 def choose_backend(requested):
-    """The backend asked for, else cuda in CUDA builds and cpu otherwise; exits 1
-    when this build cannot run it."""
+    """The backend asked for, else cuda in CUDA builds and cpu otherwise; exits 1 (after the model
+    checks, as ds4_engine_open() does) when this build cannot run it."""
     backend = requested or ("cuda" if is_cuda_build() else "cpu")
-    if backend == "metal" or (backend == "cuda" and not is_cuda_build()):
-        die("ds4: %s backend unavailable; aborting startup" % backend, 1)
+    if backend != "cpu" and not is_cuda_build():
+        die("ds4: %s backend requested but this build has no graph backend support; aborting startup" % backend, 1)
+    if backend == "metal":
+        die("ds4: Metal backend requested but this build is linked with CUDA, not Metal", 1)
     return backend
 
 

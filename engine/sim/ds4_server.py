@@ -22,67 +22,91 @@ SUPPORTED_PARAMETERS = ["tools", "tool_choice", "max_tokens", "temperature", "to
 MAX_BODY = 64 << 20
 
 # --------------------------------------------------------------------------- options
-# C.Opt(names, metavar, key, kind, help, check, fork): kinds as in ds4_common.Opt;
-# fork: the option exists in fork builds only.
-NONEMPTY = C.check(lambda v: v != "", "empty value for %(opt)s")
-BACKEND = C.check(lambda v: v in ("metal", "cuda", "cpu"), "unknown backend: %(val)s")
-PORT = C.check(lambda n: n <= 65535, "%(opt)s must be <= 65535")
-POWER = C.check(lambda n: n <= 100, "%(opt)s must be between 1 and 100")
-EFFORT = C.check(lambda v: v in ("low", "high", "max", "off"),
-                 "invalid value for %(opt)s: %(val)s (low, high, max or off)")
-PRESET = C.check(lambda v: v == "spark", "unknown preset: %(val)s")
+# C.Opt(names, metavar, key, kind, help, check, fork): kinds as in ds4_common.Opt; fork: the option exists in
+# fork builds only. Plain strings print as they are: the layout and wording of upstream ds4-server --help.
+MARGIN = C.check(lambda f: 0.0 <= f <= 1000.0)
+STEERING = C.check(lambda f: -100.0 <= f <= 100.0)
+POWER = C.check(lambda n: n <= 100)
+EFFORT = C.check(lambda v: v in ("low", "high", "max", "off"))
+PRESET = C.check(lambda v: v == "spark")
 
 OPTIONS = [
-    C.Opt(("-m", "--model"), "FILE", "model", "str", "main GGUF (default ds4flash.gguf)", NONEMPTY),
-    C.Opt(("--mtp",), "FILE", "mtp", "str", "optional MTP speculative decoding GGUF", NONEMPTY),
-    C.Opt(("--mtp-draft",), "N", "mtp_draft", "int", "MTP draft tokens per step, at most 16 (default 1)"),
-    C.Opt(("--mtp-margin",), "F", "mtp_margin", "float", "MTP confidence gate (default 3)"),
-    C.Opt(("-c", "--ctx"), "N", "ctx", "int", "context tokens allocated at start (default 32768)"),
-    C.Opt(("-n", "--tokens"), "N", "tokens", "int", "default max output tokens (default 393216)"),
-    C.Opt(("-t", "--threads"), "N", "threads", "int", "CPU helper threads (default min(cores,12))"),
-    C.Opt(("--chdir",), "DIR", "chdir", "str", "change directory before loading", NONEMPTY),
-    C.Opt(("--quality",), None, "quality", "flag", "exact kernels, strict MTP verification"),
-    C.Opt(("--dir-steering-file",), "FILE", "steer_file", "str", "directional steering vectors", NONEMPTY),
-    C.Opt(("--dir-steering-ffn",), "F", "steer_ffn", "float", "FFN steering scale (default 1 with a file)"),
-    C.Opt(("--dir-steering-attn",), "F", "steer_attn", "float", "attention steering scale (default 0)"),
-    C.Opt(("--warm-weights",), None, "warm", "flag", "touch all mapped weight pages before serving"),
-    C.Opt(("--metal",), None, "backend", "const:metal", "use the Metal backend"),
-    C.Opt(("--cuda",), None, "backend", "const:cuda", "use the CUDA backend (default in CUDA builds)"),
-    C.Opt(("--cpu",), None, "backend", "const:cpu", "use the CPU reference backend"),
-    C.Opt(("--backend",), "NAME", "backend", "str", "backend: metal, cuda or cpu", BACKEND),
-    C.Opt(("--host",), "HOST", "host", "str", "bind address, IPv4 literal or localhost (default 127.0.0.1)",
-          NONEMPTY),
-    C.Opt(("--port",), "N", "port", "int", "listen port (default 8000)", PORT),
-    C.Opt(("--cors",), None, "cors", "flag", "add permissive CORS headers"),
-    C.Opt(("--trace",), "FILE", "trace", "str", "write a human readable session trace", NONEMPTY),
-    C.Opt(("--kv-disk-dir",), "DIR", "kv_dir", "str", "disk KV checkpoint directory (created)", NONEMPTY),
-    C.Opt(("--kv-disk-space-mb",), "N", "kv_mb", "int", "disk KV budget in MiB (default 4096)"),
-    C.Opt(("--kv-cache-min-tokens",), "N", "kv_min", "int", "minimum prefix length to save (default 512)"),
+    "Model and runtime:",
+    C.Opt(("-m", "--model"), "FILE", "model", "str", "GGUF model path. Default: ds4flash.gguf"),
+    C.Opt(("--mtp",), "FILE", "mtp", "str", "Optional MTP support GGUF used for draft-token probes."),
+    C.Opt(("--mtp-draft",), "N", "mtp_draft", "int",
+          "Maximum autoregressive MTP draft tokens per speculative step. Default: 1"),
+    C.Opt(("--mtp-margin",), "F", "mtp_margin", "float",
+          "Minimum recursive-draft confidence for the fast N=2 verifier. Default: 3", MARGIN),
+    C.Opt(("-c", "--ctx"), "N", "ctx", "int", "Context size allocated at startup. Default: 32768"),
+    C.Opt(("-n", "--tokens"), "N", "tokens", "int",
+          "Default max output tokens when the client omits a limit. Default: 393216 (384K)"),
+    C.Opt(("-t", "--threads"), "N", "threads", "int", "CPU helper threads for lightweight host-side work."),
+    C.Opt(("--chdir",), "DIR", "chdir", "str",
+          "Change working directory before loading the model or runtime assets."),
+    C.Opt(("--quality",), None, "quality", "flag",
+          "Prefer exact kernels where faster approximate paths exist; MTP uses strict verification."),
+    C.Opt(("--dir-steering-file",), "FILE", "steer_file", "str",
+          "Load one f32 direction vector per layer for directional steering."),
+    C.Opt(("--dir-steering-ffn",), "F", "steer_ffn", "float",
+          "Apply steering after FFN outputs: y -= F*v*dot(v,y). Default with file: 1", STEERING),
+    C.Opt(("--dir-steering-attn",), "F", "steer_attn", "float",
+          "Apply steering after attention outputs. Default: 0", STEERING),
+    C.Opt(("--warm-weights",), None, "warm", "flag",
+          "Touch mapped tensor pages before serving. Slower startup, fewer first-use stalls."),
+    "  --metal | --cuda | --cpu | --backend NAME",
+    "      Select backend explicitly. Defaults to Metal on macOS and CUDA on CUDA builds.",
+    C.Opt(("--metal",), None, "backend", "const:metal", None),
+    C.Opt(("--cuda",), None, "backend", "const:cuda", None),
+    C.Opt(("--cpu",), None, "backend", "const:cpu", None),
+    C.Opt(("--backend",), "NAME", "backend", "str", None),
+    "",
+    "HTTP API:",
+    C.Opt(("--host",), "HOST", "host", "str", "Bind address. Default: 127.0.0.1"),
+    C.Opt(("--port",), "N", "port", "int", "Bind port. Default: 8000"),
+    C.Opt(("--cors",), None, "cors", "flag",
+          "Add Access-Control-Allow-* headers for browser JS clients. Does not change --host."),
+    C.Opt(("--trace",), "FILE", "trace", "str",
+          "Write a human-readable session trace: prompts, cache decisions, output, tool calls."),
+    "",
+    "Disk KV cache:",
+    C.Opt(("--kv-disk-dir",), "DIR", "kv_dir", "str",
+          "Enable disk KV checkpoints in DIR. The directory is created if needed."),
+    C.Opt(("--kv-disk-space-mb",), "N", "kv_mb", "int", "Disk budget for checkpoint files. Default when enabled: 4096"),
+    C.Opt(("--kv-cache-min-tokens",), "N", "kv_min", "int",
+          "Do not save or load checkpoints shorter than N tokens. Default: 512"),
     C.Opt(("--kv-cache-cold-max-tokens",), "N", "kv_cold_max", "int0",
-          "cold save limit, 0 disables (default 30000)"),
+          "Cold first prompts in [min,N] are saved automatically. 0 disables cold saves. Default: 30000"),
     C.Opt(("--kv-cache-continued-interval-tokens",), "N", "kv_interval", "int0",
-          "periodic save interval, 0 disables (default 10000)"),
-    C.Opt(("--kv-cache-boundary-trim-tokens",), "N", "kv_trim", "int0", "tail trim for cold saves (default 32)"),
-    C.Opt(("--kv-cache-boundary-align-tokens",), "N", "kv_align", "int", "alignment for cold saves (default 2048)"),
+          "Save at absolute aligned frontiers spaced about N tokens apart. 0 disables. Default: 10000"),
+    C.Opt(("--kv-cache-boundary-trim-tokens",), "N", "kv_trim", "int0",
+          "Trim this many tail tokens before cold boundary saves. Default: 32"),
+    C.Opt(("--kv-cache-boundary-align-tokens",), "N", "kv_align", "int0",
+          "Align cold boundary saves down to this token multiple. 0 disables alignment. Default: 2048"),
     C.Opt(("--kv-cache-reject-different-quant",), None, "kv_reject_quant", "flag",
-          "refuse checkpoints written by another quantization"),
+          "Refuse checkpoints written by the same model with a different routed-expert quantization."),
     C.Opt(("--disable-exact-dsml-tool-replay",), None, "no_replay", "flag",
-          "disable the exact tool call replay map"),
-    C.Opt(("--tool-memory-max-ids",), "N", "tool_ids", "int", "tool call ids remembered (default 100000)"),
-    # fork additions
-    C.Opt(("--version",), None, "version", "version", "print the version and exit", fork=True),
-    C.Opt(("--no-update-check",), None, "no_update_check", "flag", "never check for a newer release", fork=True),
-    C.Opt(("--dspark",), "FILE", "dspark", "str", "DSpark drafter GGUF", NONEMPTY, fork=True),
-    C.Opt(("--no-spec",), None, "no_spec", "flag", "plain decoding, no speculative drafter", fork=True),
-    C.Opt(("--no-mtp",), None, "no_mtp", "flag", "do not attach an MTP head", fork=True),
-    C.Opt(("--no-dspark",), None, "no_dspark", "flag", "do not attach a DSpark drafter", fork=True),
-    C.Opt(("--preset",), "NAME", "preset", "str", "spark: require the full speculative stack", PRESET, fork=True),
-    C.Opt(("--power",), "N", "power", "int", "GPU duty cycle percent, 1 to 100 (default 100)", POWER, fork=True),
-    C.Opt(("--reasoning-effort",), "LEVEL", "effort", "str", "low, high, max or off (default low)", EFFORT,
+          "Disable the tool-id -> exact sampled DSML map. Tool history falls back to canonical JSON rendering."),
+    C.Opt(("--tool-memory-max-ids",), "N", "tool_ids", "int",
+          "Maximum exact tool-call IDs kept in RAM for replay. Default: 100000"),
+    "",
+    "Normal server command:",
+    "  ./ds4-server --ctx 100000 --kv-disk-dir /tmp/ds4-kv --kv-disk-space-mb 8192",
+    "",
+    # fork additions (listed by fork builds only)
+    C.Opt(("--version",), None, "version", "version", "Print the version and exit.", fork=True),
+    C.Opt(("--no-update-check",), None, "no_update_check", "flag", "Never check for a newer release.", fork=True),
+    C.Opt(("--dspark",), "FILE", "dspark", "str", "DSpark drafter GGUF.", fork=True),
+    C.Opt(("--no-spec",), None, "no_spec", "flag", "Plain decoding, no speculative drafter.", fork=True),
+    C.Opt(("--no-mtp",), None, "no_mtp", "flag", "Do not attach an MTP head.", fork=True),
+    C.Opt(("--no-dspark",), None, "no_dspark", "flag", "Do not attach a DSpark drafter.", fork=True),
+    C.Opt(("--preset",), "NAME", "preset", "str", "spark: require the full speculative stack.", PRESET, fork=True),
+    C.Opt(("--power",), "N", "power", "int", "GPU duty cycle percent, 1 to 100. Default: 100", POWER, fork=True),
+    C.Opt(("--reasoning-effort",), "LEVEL", "effort", "str", "low, high, max or off. Default: low", EFFORT,
           fork=True),
-    C.Opt(("--mem-floor-gb",), "N", "mem_floor", "int0", "GiB of memory admissions leave free (default 4)",
+    C.Opt(("--mem-floor-gb",), "N", "mem_floor", "int0", "GiB of memory admissions leave free. Default: 4",
           fork=True),
-    C.Opt(("-h", "--help"), None, "help", "help", "show this help and exit"),
+    C.Opt(("-h", "--help"), None, "help", "help", "Show this help."),
 ]
 
 DEFAULTS = {"model": None, "mtp": None, "mtp_draft": 1, "mtp_margin": 3.0, "ctx": 32768,
@@ -101,13 +125,16 @@ def flavour():
 
 def cli():
     fork = flavour() == "fork"
-    return C.Options("ds4-server", [o for o in OPTIONS if fork or not o.fork])
+    return C.Options("ds4-server", [o for o in OPTIONS if fork or isinstance(o, str) or not o.fork])
 
 
 def parse_options(argv):
     o = cli().parse(argv, DEFAULTS)
+    if o["backend"] not in (None, "metal", "cuda", "cpu"):
+        C.log("ds4-server: invalid --backend value: %s" % o["backend"])
+        C.die("ds4-server: valid server backends are: metal, cuda, cpu", 2)
     if o["kv_cold_max"] and o["kv_cold_max"] < o["kv_min"]:
-        cli().bad("--kv-cache-cold-max-tokens must be >= --kv-cache-min-tokens")
+        C.die("ds4-server: --kv-cache-cold-max-tokens must be 0 or >= --kv-cache-min-tokens", 2)
     if o["mtp_draft"] > 16:
         o["mtp_draft"] = 16
     if flavour() == "fork":
@@ -395,11 +422,11 @@ class Handler(BaseHTTPRequestHandler):
             STATE.last_prompt = toks
             STATE.last_rendered = rendered
             prefill = n_prompt - cached
-            kind_lbl = kind
-            _sleep(min(prefill / STATE.prefill_tok_s, 30.0))
+            kind_lbl = "completion" if kind == "completion" else "chat"  # the real server's two request kinds
+            span = "%d..%d:%d" % (cached, n_prompt, n_prompt - cached)
+            time.sleep(min(prefill / STATE.prefill_tok_s, 30.0))  # prefill has no stop check in the real one
             t_prompt = time.time()
-            C.log("ds4-server: %s ctx=%d..%d:%d prompt done %.2fs" % (kind_lbl, cached, n_prompt, o["ctx"],
-                                                                   t_prompt - t0))
+            C.log("ds4-server: %s ctx=%s prompt done %.3fs" % (kind_lbl, span, t_prompt - t0))
             gen = G.generate(last_user, thinking, max_tokens, tools, tool_choice, last_role)
             per_tok = 1.0 / (STATE.decode_tok_s * o["power"] / 100.0)
             ttft = None
@@ -410,7 +437,9 @@ class Handler(BaseHTTPRequestHandler):
             t_first = None
             for kind2, piece, weight in stream_items:
                 if STATE.stop_requested:
-                    C.log("ds4-server: %s gen=%d finish=error (shutdown requested)" % (kind_lbl, emitted))
+                    # the real server ends the turn at its next token and stops sending: a cut connection
+                    C.log('ds4-server: %s ctx=%s gen=%d finish=error error="shutdown requested" %.3fs'
+                          % (kind_lbl, span, emitted, time.time() - t0))
                     STATE.requests["cancelled"] += 1
                     raise Disconnect()
                 _sleep(per_tok * weight)
@@ -428,9 +457,8 @@ class Handler(BaseHTTPRequestHandler):
             decode_rate = dec_n / dec_s if dec_s > 0 and dec_n else STATE.decode_tok_s * o["power"] / 100.0
             prefill_rate = prefill / (t_prompt - t0) if prefill and t_prompt > t0 else STATE.prefill_tok_s
             STATE.last_decode_tok_s, STATE.last_prefill_tok_s = decode_rate, prefill_rate
-            C.log("ds4-server: %s ctx=%d..%d:%d gen=%d finish=%s %.2fs" % (
-                kind_lbl, cached, n_prompt + gen.completion_tokens, o["ctx"], gen.completion_tokens,
-                gen.finish, t_end - t0))
+            C.log("ds4-server: %s ctx=%s gen=%d finish=%s %.3fs" % (
+                kind_lbl, span, gen.completion_tokens, gen.finish, t_end - t0))
             STATE.requests["ok"] += 1
             STATE.admits += 1
             if STATE.trace is not None:
@@ -873,24 +901,21 @@ def main(argv=None):
     st.fault = C.fault()
     fork = flavour() == "fork"
 
-    C.acquire_instance_lock()
-    C.log(C.build_line())
+    # main() then ds4_engine_open() of the real server, in their order
     if o["chdir"]:
         try:
             os.chdir(o["chdir"])
         except OSError as e:
-            C.die("ds4-server: cannot chdir to %s: %s" % (o["chdir"], e.strerror), 1)
+            C.die("ds4-server: failed to chdir to %s: %s" % (o["chdir"], e.strerror), 1)
+    if (o["steer_attn"] or o["steer_ffn"]) and not o["steer_file"]:
+        C.die("ds4: directional steering needs --dir-steering-file", 1)
+    C.acquire_instance_lock()
+    C.log(C.build_line())  # the simulator's own line: which simulated build this is
     if o["threads"] is None:
         try:
             o["threads"] = max(int(os.environ.get("DS4_THREADS", "")), 1)
         except ValueError:
             o["threads"] = min(os.cpu_count() or 1, 12)
-    backend = C.choose_backend(o["backend"])
-    if o["trace"]:
-        try:
-            st.trace = open(o["trace"], "a", encoding="utf-8")
-        except OSError as e:
-            C.die("ds4-server: cannot open trace file %s: %s" % (o["trace"], e.strerror), 1)
 
     model = o["model"]
     if model is None:
@@ -902,9 +927,10 @@ def main(argv=None):
             C.log("ds4-server: launch defaults: model=%s" % model)
         else:
             model = "ds4flash.gguf"
-    g = C.read_gguf(model, "model")
+    g = C.read_gguf(model)
     C.validate_main(g)
     st.checkpoint = C.variant(g)
+    # the simulator's own line (the real engine binds tensors here, which a tiny model has not)
     C.log("ds4: model %s (%.2f GiB, %d tensors, checkpoint=%s)"
           % (model, g.size / float(1 << 30), len(g.tensors), st.checkpoint))
     if o["mtp"]:
@@ -928,21 +954,21 @@ def main(argv=None):
         if o["preset"] == "spark" and not dspark:
             C.die("ds4-server: preset spark requires a DSpark drafter", 2)
         o["dspark"] = dspark
+    backend = C.choose_backend(o["backend"])
 
     if st.fault[0] == "crash-at-start":
         if backend == "cuda":
             C.log("ds4: CUDA error: out of memory at ds4_cuda.cu:412 (cudaMalloc of 1792 MiB weight arena)")
             C.die("ds4: cuda backend unavailable; aborting startup", 1)
-        C.die("ds4: error: failed to map model views: Cannot allocate memory", 1)
+        C.die("ds4: cpu failed to map model views; aborting startup. This is commonly caused by insufficient "
+              "memory or accelerator VM budget.", 1)
 
-    try:
-        C.simulate_load(g, backend, o["warm"], lambda: st.stop_requested, hang=st.fault[0] == "hang")
-    except C.Stop:
-        C.log("ds4-server: shutdown requested, draining requests")
-        sys.exit(0)
+    # Like the real engine, a first SIGTERM does not interrupt the load (nothing in it looks at the flag):
+    # the server finishes loading, binds, and only then shuts down. A second signal exits 130 at once.
+    C.simulate_load(g, backend, o["warm"], lambda: False, hang=st.fault[0] == "hang")
 
     ctx = o["ctx"]
-    C.log("ds4-server: context buffers %.0f MiB (ctx=%d, backend=%s, prefill_chunk=2048, raw_kv_rows=128, "
+    C.log("ds4-server: context buffers %.2f MiB (ctx=%d, backend=%s, prefill_chunk=2048, raw_kv_rows=128, "
           "compressed_kv_rows=%d)" % (C.context_bytes(ctx) / 1048576.0, ctx, backend, (ctx + 3) // 4))
     if backend == "cuda" and ctx * C.KV_BYTES_PER_TOKEN >= C.MANAGED_THRESHOLD:
         C.log("ds4: CUDA using managed KV cache for ctx=%d (%.1f GiB)"
@@ -952,10 +978,18 @@ def main(argv=None):
         try:
             os.makedirs(o["kv_dir"], exist_ok=True)
             kv_dir = o["kv_dir"]
-            C.log("ds4-server: KV disk cache %s (budget=%d MiB)" % (kv_dir, o["kv_mb"]))
+            C.log("ds4-server: KV disk cache %s (budget=%d MiB, cross-quant=%s, min=%d, cold_max=%d, continued=%d, "
+                  "trim=%d, align=%d, hit_half_life=21600s)"
+                  % (kv_dir, o["kv_mb"], "reject" if o["kv_reject_quant"] else "accept", o["kv_min"],
+                     o["kv_cold_max"], o["kv_interval"], o["kv_trim"], o["kv_align"]))
         except OSError as e:
-            C.log("ds4-server: cannot create KV disk cache %s: %s; continuing without it"
-                  % (o["kv_dir"], e.strerror))
+            C.log("ds4-server: failed to create KV cache directory %s: %s" % (o["kv_dir"], e.strerror))
+    if o["trace"]:
+        try:
+            st.trace = open(o["trace"], "w", encoding="utf-8")
+        except OSError as e:
+            C.die("ds4-server: failed to open trace file %s: %s" % (o["trace"], e.strerror), 1)
+        C.log("ds4-server: tracing session to %s" % o["trace"])
     if fork:
         if o["power"] != 100:
             C.log("ds4: GPU power duty cycle %d%%" % o["power"])
@@ -978,7 +1012,7 @@ def main(argv=None):
     except OSError:
         C.die("ds4-server: failed to listen on %s:%d: Invalid argument" % (host, port), 1)
     try:
-        httpd = Server((addr, port), Handler, bind_and_activate=False)
+        httpd = Server((addr, port & 0xFFFF), Handler, bind_and_activate=False)  # htons((uint16_t)port)
         httpd.server_bind()
         httpd.server_activate()
     except OSError as e:
@@ -1012,15 +1046,14 @@ def main(argv=None):
     deadline = time.time() + 10
     while st.active > 0 and time.time() < deadline:
         time.sleep(0.05)
-    if kv_dir:
-        C.log("ds4-server: persisting current KV cache before shutdown")
+    if kv_dir and len(st.last_prompt) >= o["kv_min"]:
+        C.log("ds4-server: persisting current KV cache before shutdown tokens=%d" % len(st.last_prompt))
         try:
             persist_kv(kv_dir)
         except OSError as e:
             C.log("ds4-server: failed to persist KV cache: %s" % e.strerror)
     if st.trace is not None:
         st.trace.close()
-    C.log("ds4-server: bye")
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

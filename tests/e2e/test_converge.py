@@ -23,6 +23,8 @@ def test_converge_from_scratch_then_noop(box):
     pid = status["pid"]
     assert (box.root / "run").stat().st_mode & 0o777 == 0o700, "the supervisor socket's dir is private"
     assert (box.root / "run" / "supervisor.sock").is_socket()
+    lock = box.root / "locks" / "ds4.ds4.lock"  # DS4_LOCK_FILE: the engine flock()s it and writes its pid
+    assert lock.read_text() == f"{pid}\n" and lock.stat().st_mode & 0o777 == 0o600
 
     rc, second = box.converge()
     assert rc == 0 and second["ok"] and not second["changed"], second

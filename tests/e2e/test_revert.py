@@ -12,14 +12,33 @@ FAULT_TAGS = ["v0.3.1-crash-at-start", "v0.3.1-hang", "v0.3.1-wrong-model", "v0.
               "v0.3.1-crash-after"]
 
 
+# what the report says for each fault: the real exit status and the engine's own last line, never
+# supervisord's "exit status 0" for an engine that exited 1, nor "loading" for an engine that crashed
+FAULT_REPORTS = {
+    "v0.3.1-crash-at-start": ["ds4-server exited (exit status 1", "aborting startup"],
+    "v0.3.1-hang": ["not ready within 6s (not listening yet (loading))"],
+    "v0.3.1-wrong-model": ["/v1/models lists ['deepseek-v4-pro'], not deepseek-v4-flash"],
+    "v0.3.1-wrong-answer": ["does not contain 'Paris'"],
+    "v0.3.1-crash-after": ["crashed during the 5s soak (exit status 1", "worker thread failed"],
+}
+
+
 @pytest.mark.parametrize("tag", FAULT_TAGS)
 def test_a_broken_upgrade_reverts_to_last_good(served_box, tag):
     box = served_box
     before = box.status()
     assert before["healthy"]
-    # crash-after dies 3 s after it starts serving: the soak must outlast that
-    with box.edited({"engine.ref": tag, "health.deadline_s": 6, "health.soak_s": 5}):
+    # crash-after dies 3 s after it starts serving: the soak must outlast that. A hung load outlives SIGTERM
+    # (as the real engine's does): the revert's stop ends it after stop_wait_s, kept short here.
+    with box.edited({"engine.ref": tag, "health.deadline_s": 6, "health.soak_s": 5, "server.stop_wait_s": 10}):
         rc, document = box.converge()
+    for words in FAULT_REPORTS[tag]:
+        assert words in document["error"], document["error"]
+    if "crash" in tag:
+        detail = document["detail"]
+        assert detail.startswith("last lines of this start:\n") and "ds4-converge logs" in detail, detail
+        if tag.endswith("crash-at-start"):
+            assert "listening on" not in detail, "an earlier start's lines are not this start's"
     assert rc == 1, document
     assert document["reverted"] and not document["ok"]
     assert f"reverted to {before['release']}" in document["error"]
@@ -52,6 +71,8 @@ def test_first_install_that_fails_is_left_stopped(box):
     rc, document = box.converge()
     assert rc == 1 and not document["reverted"]
     assert "no last good release" in document["error"]
+    assert "ds4-server exited (exit status 1" in document["error"], document  # not supervisord's "0"
+    assert "aborting startup" in document["error"].split("; no last good")[0]  # the engine's own last words
     status = box.status()
     assert status["pid"] is None and status["last_good"] is None
 
@@ -91,7 +112,9 @@ def test_a_failed_build_shows_the_build_log_tail_in_json(served_box):
 def test_ctrl_c_during_the_probe_reverts(served_box):
     box = served_box
     before = box.status()
-    with box.edited({"engine.ref": "v0.3.1-hang"}):
+    # a stuck load outlives SIGTERM, as the real engine's would: the revert's stop ends it with SIGKILL after
+    # stop_wait_s, so keep that short here
+    with box.edited({"engine.ref": "v0.3.1-hang", "server.stop_wait_s": 10}):
         run = subprocess.Popen([sys.executable, "-m", "ds4_converge.cli", str(box.spec_path), "--json"],
                                stdout=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30

@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import numpy as np
 import pytest
 from requests.structures import CaseInsensitiveDict
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "engine" / "models"))
 
+import make_tiny_gguf as tiny_gguf  # noqa: E402
 
 from ds4_converge.engine_knowledge import load as load_knowledge  # noqa: E402
 
@@ -38,34 +39,11 @@ def _no_network(monkeypatch, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------- GGUF files
-
-def write_gguf(path: Path, arch: str, kv: dict, tensor_names: list[str]) -> Path:
-    import gguf
-
-    writer = gguf.GGUFWriter(path, arch)
-    for key, value in kv.items():
-        if isinstance(value, bool):
-            writer.add_bool(key, value)
-        elif isinstance(value, int):
-            writer.add_uint32(key, value)
-        elif isinstance(value, float):
-            writer.add_float32(key, value)
-        elif isinstance(value, str):
-            writer.add_string(key, value)
-        else:
-            writer.add_array(key, value)
-    for name in tensor_names:
-        writer.add_tensor(name, np.zeros(8, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
+# one writer for the whole project: engine/models/make_tiny_gguf.py (typed metadata as the real engine reads it)
 
 @pytest.fixture(name="write_gguf")
 def write_gguf_fixture():
-    return write_gguf
+    return tiny_gguf.write
 
 
 @dataclass
@@ -83,22 +61,21 @@ class GgufSet:
 def gguf_files(tmp_path_factory) -> GgufSet:
     d = tmp_path_factory.mktemp("gguf")
     k = load_knowledge()
-    main_kv = dict(k["main_model_required"])
+    main_kv = tiny_gguf.main_model_kv(k)
     variant = {k["generation"]["variant_key"]: k["generation"]["newer"]}
-    dspark_kv = {**k["dspark_drafter"]["required"], "deepseek4.dspark.target_layers": [40, 41, 42]}
-    blk = ["token_embd.weight", "blk.0.attn_norm.weight"]
-    mtp = [f"{k['mtp_tensor_prefix']}hnorm.weight", f"{k['mtp_tensor_prefix']}enorm.weight"]
+    dspark_kv = tiny_gguf.dspark_kv(k)
+    blk = tiny_gguf.main_tensors(k)
     drafter = ["dspark.0.attn_norm.weight"]
     not_gguf = d / "not-a-model.gguf"
     not_gguf.write_bytes(b"<html>rate limited</html>")
+    write = tiny_gguf.write
     return GgufSet(
-        main=write_gguf(d / "main.gguf", "deepseek4", main_kv, blk),
-        main_0731=write_gguf(d / "main-0731.gguf", "deepseek4", {**main_kv, **variant}, blk),
-        mtp=write_gguf(d / "mtp.gguf", "deepseek4", {}, mtp),
-        dspark_legacy=write_gguf(d / "dspark.gguf", "deepseek4-dspark", dspark_kv, drafter),
-        dspark_0731=write_gguf(d / "dspark-0731.gguf", "deepseek4-dspark", {**dspark_kv, **variant}, drafter),
-        main_bad_block_count=write_gguf(d / "bad.gguf", "deepseek4",
-                                        {**main_kv, "deepseek4.block_count": 61}, blk),
+        main=write(d / "main.gguf", "deepseek4", main_kv, blk),
+        main_0731=write(d / "main-0731.gguf", "deepseek4", {**main_kv, **variant}, blk),
+        mtp=write(d / "mtp.gguf", "deepseek4", {}, tiny_gguf.mtp_tensors(k)),
+        dspark_legacy=write(d / "dspark.gguf", "deepseek4-dspark", dspark_kv, drafter),
+        dspark_0731=write(d / "dspark-0731.gguf", "deepseek4-dspark", {**dspark_kv, **variant}, drafter),
+        main_bad_block_count=write(d / "bad.gguf", "deepseek4", {**main_kv, "deepseek4.block_count": 61}, blk),
         not_gguf=not_gguf,
     )
 

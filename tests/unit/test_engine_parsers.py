@@ -52,6 +52,34 @@ def test_help_flags_come_from_option_lines_only():
     assert flags == {"-m", "--model", "--mtp", "-c", "--ctx", "--power", "--no-update-check"}
 
 
+# the layout of upstream ds4-server --help (8d57664): `Usage:`, headings, the description on the next line
+UPSTREAM_HELP = """Usage: ds4-server [options]
+
+Model and runtime:
+  -m, --model FILE
+      GGUF model path. Default: ds4flash.gguf
+  --dir-steering-ffn F
+      Apply steering after FFN outputs: y -= F*v*dot(v,y). Default with file: 1
+  --metal | --cuda | --cpu | --backend NAME
+      Select backend explicitly. Defaults to Metal on macOS and CUDA on CUDA builds.
+      --not-a-flag at the start of a description line is still a description
+
+Thinking and sampling:
+  Think Max is applied only when --ctx is at least 393216 tokens; smaller contexts use high.
+
+Normal server command:
+  ./ds4-server --ctx 100000 --kv-disk-dir /tmp/ds4-kv --kv-disk-space-mb 8192
+
+  -h, --help
+      Show this help.
+"""
+
+
+def test_help_flags_of_the_upstream_layout():
+    assert parse_help_flags(UPSTREAM_HELP) == {"-m", "--model", "--dir-steering-ffn", "--metal", "--cuda", "--cpu",
+                                               "--backend", "-h", "--help"}
+
+
 def test_release_id_separates_arch_and_toolkit():
     base = dict(commit="a" * 40, ref="v1", jobs=2)
     cpu = BuildRequest(target="cpu", cuda_arch=None, toolkit=Toolkit(), **base)
@@ -85,7 +113,27 @@ def test_server_argv_uses_the_spelling_the_binary_lists_and_refuses_what_it_lack
     argv = server_argv(upstream, Server(ctx=4096, warm_weights=True), ModelPaths(Path("/m.gguf")), None)
     assert argv == ["/opt/r/ds4-server", "--model", "/m.gguf", "--host", "127.0.0.1", "--port", "8000",
                     "--ctx", "4096", "--warm-weights"]
-    with pytest.raises(UnsupportedSettings, match="server.power needs --power"):
+    with pytest.raises(UnsupportedSettings, match=r"server.power needs --power \(a flag of the Entrpi fork only\)"):
         server_argv(upstream, Server(power=75), ModelPaths(Path("/m.gguf")), None)
     with pytest.raises(UnsupportedSettings, match="'--bogus' is not an option"):
         server_argv(upstream, Server(extra_args=["--bogus"]), ModelPaths(Path("/m.gguf")), None)
+
+
+def test_power_100_on_a_build_without_power_is_not_rendered_but_noted():
+    """Upstream has no duty cycle: it always runs at 100, the fork's default. A spec copied from a fork setup
+    that asks for exactly that is served as asked, without the flag the binary would refuse."""
+    from pathlib import Path
+
+    from ds4_converge.engine.server_args import ModelPaths, not_rendered, server_argv
+    from ds4_converge.spec.model import Server
+
+    upstream = _release({"--model", "--ctx", "--host", "--port"})
+    argv = server_argv(upstream, Server(power=100), ModelPaths(Path("/m.gguf")), None)
+    assert "--power" not in argv
+    assert not_rendered(upstream, Server(power=100)) == [
+        "server.power 100 is not passed: this ds4-server has no --power and always runs at full duty cycle "
+        "(--power is a flag of the Entrpi fork)"]
+    assert not_rendered(upstream, Server()) == []
+    fork = _release({"--model", "--ctx", "--host", "--port", "--power"})
+    assert server_argv(fork, Server(power=100), ModelPaths(Path("/m.gguf")), None)[-2:] == ["--power", "100"]
+    assert not_rendered(fork, Server(power=100)) == []
