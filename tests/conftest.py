@@ -26,7 +26,7 @@ def _make_sim_repo():
     return module
 
 
-SLOW_FOLDERS = {"e2e", "engine_sim", "fleet"}
+SLOW_FOLDERS = {"e2e", "engine_sim", "fleet", "conformance"}
 SLOW_FIXTURES = {"box", "served_box", "sim_repo", "builds", "start", "upstream", "fork", "fake"}
 
 
