@@ -33,6 +33,8 @@ class Context:
     check: bool = False  # plan only: nothing on the host may change
     before_change: Callable[[], object] = lambda: None  # called before a role applies anything (takes a deferred lock)
     say: Callable[[str], object] = print  # progress lines for people (silent in --json mode)
+    on_role_start: Callable[[str], object] = lambda name: None  # the reconciler reports each role as it starts …
+    on_role_done: Callable[[object], object] = lambda result: None  # … and its RoleResult as soon as it is known
     progress: bool = False  # draw progress bars (a TTY, not --json)
     # decided by the roles, in order
     toolkit: Toolkit = field(default_factory=Toolkit)

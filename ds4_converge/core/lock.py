@@ -11,6 +11,7 @@ from ds4_converge.errors import Ds4Error
 class LockHeld(Ds4Error):
     def __init__(self, path: Path, holder: str):
         super().__init__(f"another ds4-converge run holds {path} (pid {holder or 'unknown'})")
+        self.path, self.holder = path, holder
 
 
 class RunLock:

@@ -9,6 +9,7 @@ import xmlrpc.client
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ds4_converge.core import interrupts
 from ds4_converge.core import plan as plans
 from ds4_converge.core.context import Context
 from ds4_converge.core.plan import RoleFailed, RolePlan, RoleResult
@@ -62,14 +63,24 @@ def converge(ctx: Context, *, diff: bool = False, roles: Sequence = ROLES,
     revert = revert or revert_to_last_good
     if ctx.facts is None:
         ctx.facts = gather_facts(ctx)
-    outcome = _run(ctx, roles, revert, diff)
+    outcome = Outcome(ok=True)
+    try:
+        _run(ctx, outcome, roles, revert, diff)
+    except KeyboardInterrupt as exc:
+        # Ctrl-C or SIGTERM (interrupts.Interrupted) anywhere in the run — in a role, between two, while a line
+        # prints — after the old engine was stopped must not leave the box without one. Nothing learned is
+        # written: the run was cut short (and may not even hold the lock yet).
+        finished = {r.name for r in outcome.results}
+        role = next((r.NAME for r in roles if r.NAME not in finished), roles[-1].NAME)
+        why = f"interrupted ({exc})" if str(exc) else "interrupted (SIGINT)"
+        return _failed(ctx, outcome, roles, revert, role, RoleFailed(why), plan=None, diff=diff, done=[])
     ctx.remember_learned()  # not after an exception: another run's lock, say, means this one may write nothing
     return outcome
 
 
-def _run(ctx: Context, roles: Sequence, revert, diff: bool) -> Outcome:
-    outcome = Outcome(ok=True)
+def _run(ctx: Context, outcome: Outcome, roles: Sequence, revert, diff: bool) -> Outcome:
     for role in roles:
+        ctx.on_role_start(role.NAME)
         changes, messages, plan = [], [], None
         while True:
             try:
@@ -87,17 +98,18 @@ def _run(ctx: Context, roles: Sequence, revert, diff: bool) -> Outcome:
                 messages.append(plans.apply(ctx, plan))
             except APPLY_ERRORS as exc:
                 return _failed(ctx, outcome, roles, revert, role.NAME, exc, plan=plan, diff=diff, done=changes)
-            except KeyboardInterrupt:
-                # Ctrl-C after the old engine was stopped must not leave the box without one
-                return _failed(ctx, outcome, roles, revert, role.NAME, RoleFailed("interrupted"), plan=plan,
-                               diff=diff, done=changes)
             changes += plan.changes
             if not plan.replan:
                 break
-        outcome.results.append(_result(plan, diff, ctx.check, changes, messages))
+        _record(ctx, outcome, _result(plan, diff, ctx.check, changes, messages))
     outcome.release = ctx.desired.release if ctx.desired else (ctx.build.release_id if ctx.build else None)
     outcome.endpoint = ctx.endpoint
     return outcome
+
+
+def _record(ctx: Context, outcome: Outcome, result: RoleResult) -> None:
+    outcome.results.append(result)
+    ctx.on_role_done(result)  # people see each role's line as it finishes, not all at the end
 
 
 def _result(plan: RolePlan, diff: bool, check: bool, applied: list, messages: list[str]) -> RoleResult:
@@ -120,16 +132,22 @@ def _diff(changes: list) -> str:
 
 def _failed(ctx: Context, outcome: Outcome, roles: Sequence, revert, role: str, exc: BaseException, *,
             plan: RolePlan | None, diff: bool, done: list) -> Outcome:
+    with interrupts.shielded():  # a signal now must not cut the report or the revert short
+        return _fail_and_revert(ctx, outcome, roles, revert, role, exc, plan, diff, done)
+
+
+def _fail_and_revert(ctx: Context, outcome: Outcome, roles: Sequence, revert, role: str, exc: BaseException,
+                     plan: RolePlan | None, diff: bool, done: list) -> Outcome:
     outcome.ok = False
     outcome.error = f"{role}: {exc}"
     outcome.detail = getattr(exc, "detail", "")
     changes = done + (list(plan.changes) if plan else [])
-    outcome.results.append(RoleResult(role, "failed", str(exc), _diff(changes) if diff else "",
-                                      [c.what for c in changes],
-                                      plan.warnings if plan else [], plan.notes if plan else []))
+    _record(ctx, outcome, RoleResult(role, "failed", str(exc), _diff(changes) if diff else "",
+                                     [c.what for c in changes],
+                                     plan.warnings if plan else [], plan.notes if plan else []))
     finished = {r.name for r in outcome.results}
-    outcome.results += [RoleResult(r.NAME, "skipped", f"not run: {role} failed") for r in roles
-                        if r.NAME not in finished]
+    for skipped in [r.NAME for r in roles if r.NAME not in finished]:
+        _record(ctx, outcome, RoleResult(skipped, "skipped", f"not run: {role} failed"))
     if ctx.switched and not ctx.check:
         revert(ctx, outcome)
     current = ctx.state.current

@@ -1,6 +1,7 @@
 """`ds4-converge rollback SPEC`: back to last good, through the same probe as any switch."""
 from __future__ import annotations
 
+from ds4_converge.core import interrupts
 from ds4_converge.core.context import Context
 from ds4_converge.core.plan import RoleResult
 from ds4_converge.core.reconciler import APPLY_ERRORS, Outcome
@@ -18,10 +19,12 @@ def rollback(ctx: Context) -> Outcome:
     if target is None:
         why = "no earlier good release recorded" if on_last_good else "no last good release recorded"
         return Outcome(ok=False, error=f"rollback: {why}", results=[RoleResult("rollback", "failed", why)])
+    ctx.desired = target  # what the switch goes to: people are shown what it changes
     try:
         if not ctx.supervisor.is_running():
             ctx.supervisor.start_daemon()
-        service.switch_to(ctx, target)
+        with interrupts.shielded():  # once the running engine is stopped, the target must be started
+            service.switch_to(ctx, target)
         pid = wait_healthy(probe.target(ctx), probe.process_state(ctx))
     except Unhealthy as exc:
         return Outcome(ok=False, release=target.release, error=f"rollback: {target.release} is not healthy: {exc}",
