@@ -17,12 +17,34 @@ Loc = tuple  # a path of keys and list indexes
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class SpecInvalid(Ds4Error):
-    """The spec cannot be used; `problems` are ready-to-print FILE:LINE:COL lines."""
+@dataclass(frozen=True)
+class Problem:
+    """One located problem; `str()` is the line people read: `FILE:LINE:COL: field.path: message`."""
 
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
+    message: str
+    file: str | None = None
+    line: int | None = None
+    column: int | None = None
+    field: str | None = None  # dotted path in the spec, e.g. server.ctx
+    override: str | None = None  # the `--set key=value` it came from
+
+    def __str__(self) -> str:
+        where = f"--set {self.override}" if self.override else ":".join(
+            str(p) for p in (self.file, self.line, self.column) if p is not None)
+        return ": ".join(p for p in (where, self.field, self.message) if p)
+
+    def to_json(self) -> dict:
+        return {"file": self.file, "line": self.line, "column": self.column, "field": self.field,
+                "override": self.override, "message": self.message, "text": str(self)}
+
+
+class SpecInvalid(Ds4Error):
+    """The spec cannot be used; `problems` are ready-to-print lines, `located` the same as :class:`Problem`."""
+
+    def __init__(self, problems: list[str | Problem]):
+        self.located = [p if isinstance(p, Problem) else Problem(message=p) for p in problems]
+        self.problems = [str(p) for p in problems]
+        super().__init__("\n".join(self.problems))
 
 
 @dataclass(frozen=True)
@@ -41,16 +63,18 @@ def load_spec(path: str | Path, overrides: list[str] = ()) -> LoadedSpec:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise SpecInvalid([f"{path}: cannot read spec: {exc.strerror}"]) from None
+        raise SpecInvalid([Problem(f"cannot read spec: {exc.strerror}", file=str(path))]) from None
     try:
         node = yaml.compose(text, Loader=SAFE_LOADER)
         data = yaml.load(text, Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise SpecInvalid([f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}"]) from None
+        raise SpecInvalid([Problem(f"invalid YAML: {getattr(exc, 'problem', exc)}", file=str(path),
+                                   line=mark.line + 1 if mark else None,
+                                   column=mark.column + 1 if mark else None)]) from None
     if not isinstance(data, dict):
-        raise SpecInvalid([f"{path}:1:1: the spec must be a mapping with engine, model, server …"])
+        raise SpecInvalid([Problem("the spec must be a mapping with engine, model, server …", file=str(path),
+                                   line=1, column=1)])
     positions = _positions(node)
     set_locs = {}
     for item in overrides:
@@ -62,18 +86,25 @@ def load_spec(path: str | Path, overrides: list[str] = ()) -> LoadedSpec:
         raise SpecInvalid([_describe(err, path, positions, set_locs) for err in exc.errors()]) from None
 
 
+# Keys of which a spec gives exactly one: `--set` of one replaces the other (the file keeps its rule).
+EXCLUSIVE = {("engine", "ref"): ("engine", "installer"), ("engine", "installer"): ("engine", "ref")}
+
+
 def apply_override(data: dict, item: str, path: Path) -> Loc:
     """`--set server.ctx=65536`: the value is read as YAML, like helm's --set."""
     key, sep, raw = item.partition("=")
     if not sep or not key:
-        raise SpecInvalid([f"--set {item}: expected dotted.key=value"])
+        raise SpecInvalid([Problem("expected dotted.key=value", override=item)])
     loc = tuple(key.split("."))
     target = data
     for part in loc[:-1]:
         nxt = target.setdefault(part, {})
         if not isinstance(nxt, dict):
-            raise SpecInvalid([f"--set {item}: {part} is not a mapping in {path}"])
+            raise SpecInvalid([Problem(f"{part} is not a mapping in {path}", override=item)])
         target = nxt
+    other = EXCLUSIVE.get(loc)
+    if other and isinstance(data.get(other[0]), dict):
+        data[other[0]].pop(other[1], None)  # `--set engine.ref=X` on an installer spec: X is the version now
     try:
         target[loc[-1]] = yaml.safe_load(raw) if raw != "" else ""
     except yaml.YAMLError:
@@ -95,7 +126,7 @@ def _positions(node, loc: Loc = ()) -> dict[Loc, tuple[int, int]]:
     return found
 
 
-def _describe(err: dict, path: Path, positions: dict, set_locs: dict) -> str:
+def _describe(err: dict, path: Path, positions: dict, set_locs: dict) -> Problem:
     loc = tuple(err["loc"])
     problem = (err.get("ctx") or {}).get("error")
     if isinstance(problem, FieldProblem):
@@ -112,10 +143,10 @@ def _describe(err: dict, path: Path, positions: dict, set_locs: dict) -> str:
     field = ".".join(str(p) for p in loc) or "(top)"
     for set_loc, item in set_locs.items():
         if loc[: len(set_loc)] == set_loc:
-            return f"--set {item}: {field}: {message}"
+            return Problem(message, field=field, override=item)
     key_pos = positions.get(loc[:-1] + (loc[-1], "<key>")) if loc else None
     line, col = key_pos or _nearest_position(loc, positions)
-    return f"{path}:{line}:{col}: {field}: {message}"
+    return Problem(message, file=str(path), line=line, column=col, field=field)
 
 
 def _nearest_position(loc: Loc, positions: dict) -> tuple[int, int]:

@@ -133,6 +133,15 @@ class Server(Strict):
     stop_wait_s: int = Field(600, ge=10, description="SIGTERM grace before SIGKILL: a loading engine finishes "
                                                     "its load first, a serving one its prefill and KV write")
 
+    @field_validator("env", mode="before")
+    @classmethod
+    def _numbers_are_strings(cls, value):
+        # `DS4_THREADS: 8` means "8": the environment holds strings; yes/no/true stay errors (quote what you mean)
+        if isinstance(value, dict):
+            return {k: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+                    for k, v in value.items()}
+        return value
+
     @field_validator("host")
     @classmethod
     def _ipv4_or_localhost(cls, value: str) -> str:

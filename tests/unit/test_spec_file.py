@@ -95,6 +95,33 @@ def test_set_overrides_and_reports_set_errors(tmp_path):
     assert problems(path, ["server.port=0"])[0].startswith("--set server.port=0: server.port:")
 
 
+def test_set_of_ref_or_installer_replaces_the_other(tmp_path):
+    path = write(tmp_path, BASE.replace("  ref: v0.2.0\n", "  installer: ./install.sh\n"))
+    spec = load_spec(path, ["engine.ref=v0.3.0"]).spec.engine
+    assert (spec.ref, spec.installer) == ("v0.3.0", None)
+    spec = load_spec(write(tmp_path, BASE), ["engine.installer=./install.sh"]).spec.engine
+    assert (spec.ref, spec.installer) == (None, "./install.sh")
+    both = write(tmp_path, BASE.replace("  ref: v0.2.0\n", "  ref: v0.2.0\n  installer: ./install.sh\n"))
+    assert "give exactly one" in problems(both)[0], "in the file itself both stay an error"
+
+
+def test_env_numbers_are_strings_in_the_file_and_through_set(tmp_path):
+    path = write(tmp_path, BASE + "server:\n  env: {DS4_THREADS: 8, DS4_SIM_LOAD_SECONDS: 0.3}\n")
+    assert load_spec(path).spec.server.env == {"DS4_THREADS": "8", "DS4_SIM_LOAD_SECONDS": "0.3"}
+    assert load_spec(path, ["server.env.X=2"]).spec.server.env["X"] == "2"
+    [line] = problems(path, ["server.env.X=true"])
+    assert line.startswith("--set server.env.X=true: server.env.X:"), "a bare true/false must be quoted"
+
+
+def test_problems_carry_file_line_column_and_field(tmp_path):
+    path = write(tmp_path, BASE + "server:\n  ctx: many\n")
+    with pytest.raises(SpecInvalid) as info:
+        load_spec(path)
+    [problem] = info.value.located
+    assert (problem.file, problem.line, problem.column, problem.field) == (str(path), 8, 3, "server.ctx")
+    assert str(problem) == info.value.problems[0]
+
+
 def test_host_must_be_ipv4_or_localhost(tmp_path):
     path = write(tmp_path, BASE + "server:\n  host: myspark.lan\n")
     assert "IPv4 literal or 'localhost'" in problems(path)[0]
