@@ -17,6 +17,21 @@ from ds4_converge.service import processes
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "engine" / "models" / "tiny-ds4flash.gguf"
 
+
+def report_document(proc: subprocess.CompletedProcess) -> dict:
+    """The one JSON document a --json run prints, checked against the report's JSON Schema and its exit code."""
+    import jsonschema
+
+    from ds4_converge.cli.report import schema
+
+    try:
+        document = json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError(f"not one JSON document (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}") from None
+    jsonschema.validate(document, schema(), cls=jsonschema.Draft202012Validator)
+    assert document["exit_code"] == proc.returncode, (document, proc.stderr)
+    return document
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -65,14 +80,15 @@ class Box:
 
     def converge(self, *extra: str, env: dict | None = None) -> tuple[int, dict]:
         proc = self.cli(str(self.spec_path), "--json", *extra, env=env)
-        try:
-            document = json.loads(proc.stdout)
-        except ValueError:
-            raise AssertionError(f"no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}") from None
-        return proc.returncode, document
+        return proc.returncode, report_document(proc)
+
+    def json(self, *args: str) -> tuple[int, dict]:
+        """Any command with --json: (exit code, its schema-checked document)."""
+        proc = self.cli(*args, "--json")
+        return proc.returncode, report_document(proc)
 
     def status(self) -> dict:
-        return json.loads(self.cli("status", str(self.spec_path), "--json").stdout)
+        return self.json("status", str(self.spec_path))[1]
 
     def stop(self) -> None:
         self.cli("stop", str(self.spec_path))

@@ -7,21 +7,18 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
-from ds4_converge.cli.exit_codes import FAILED, INVALID, OK
-from ds4_converge.facts import HostFacts, gather_host_facts
-from ds4_converge.preflight.rules import GB10, sm_arch
+from ds4_converge.cli.command import FAILED, INVALID, OK, CliError, Command
 from ds4_converge.units import GIB, gib
-from ds4_converge.toolchain.select import compat_package
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from ds4_converge.facts import HostFacts
 
 HF_REPO = "antirez/deepseek-v4-gguf"
 Q2_IMATRIX = "DeepSeek-V4-Flash-IQ2XXS-w2Q2K-AProjQ8-SExpQ8-OutQ8-chat-v2-imatrix.gguf"
@@ -35,12 +32,20 @@ INSTALLER = "https://raw.githubusercontent.com/Entrpi/ds4-on-spark/main/install.
 # ------------------------------------------------------------------------------------------------ facts
 
 
-def facts(args, out: Console) -> int:
+def _port_argument(parser) -> None:
+    parser.add_argument("--port", type=int, default=8000,
+                        help="the port the engine is meant to serve on: who holds it now (default 8000)")
+
+
+def facts(args, session) -> int:
+    from ds4_converge.cli import report
+    from ds4_converge.facts import gather_host_facts
+
     host = gather_host_facts(port=args.port)
-    if args.json:
-        sys.stdout.write(host.to_json() + "\n")
+    if session.json:
+        session.emit(report.document("facts", ok=True, exit_code=OK, facts=json.loads(host.to_json())))
         return OK
-    out.print(facts_table(host))
+    session.out.print(facts_table(host))
     return OK
 
 
@@ -49,6 +54,11 @@ def _gib(n: int | None) -> str:
 
 
 def facts_table(host: HostFacts) -> Table:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from ds4_converge.preflight.rules import sm_arch
+
     table = Table(title="host facts", show_header=False, box=None, title_justify="left")
     table.add_column("fact", style="bold")
     table.add_column("value")
@@ -144,6 +154,8 @@ def _pick_ctx(memory_total: int | None) -> tuple[int, bool, str]:
 
 def starter_spec(host: HostFacts, *, port: int = 8000, as_root: bool = True) -> Starter:
     """A commented starter spec for ``host`` (pure)."""
+    from ds4_converge.preflight.rules import GB10, sm_arch
+
     notes: list[str] = []
     gpu = host.gpus[0] if host.gpus else None
     cc = gpu.compute_cap if gpu else None
@@ -206,6 +218,8 @@ def _toolchain_lines(host: HostFacts, notes: list[str]) -> list[str]:
                 "  # no CUDA toolkit was found under /usr/local/cuda*: install one (the build needs nvcc),",
                 "  # or set cuda_home: /path/to/cuda-X.Y",
                 "  min_version: \"13.0\""]
+    from ds4_converge.toolchain.select import compat_package
+
     newest = max(toolkits, key=lambda t: t.version)
     lines = ["toolchain:", f"  min_version: \"{newest.version}\"  # newest found: {newest.path}"]
     driver = host.driver.cuda_version
@@ -230,14 +244,20 @@ def _write_new(path: Path, text: str) -> None:
         os.unlink(tmp)
 
 
-def init(args, out: Console) -> int:
+def _init_arguments(parser) -> None:
+    parser.add_argument("--out", type=Path, default=Path("spec.yaml"), metavar="FILE",
+                        help="where to write the starter spec (default spec.yaml; never overwritten)")
+    _port_argument(parser)
+
+
+def init(args, session) -> int:
+    from ds4_converge.cli import report
+    from ds4_converge.facts import gather_host_facts
     from ds4_converge.spec.loader import SpecInvalid, load_spec
 
-    err = Console(file=sys.stderr, highlight=False, soft_wrap=True)
     path: Path = args.out
     if path.exists() or path.is_symlink():
-        err.print(f"{path} exists: not overwriting it (choose another --out, or remove it)", markup=False)
-        return INVALID
+        raise CliError(INVALID, "usage", f"{path} exists: not overwriting it (choose another --out, or remove it)")
     host = gather_host_facts(port=args.port)
     starter = starter_spec(host, port=args.port, as_root=os.geteuid() == 0)
     with tempfile.TemporaryDirectory() as scratch:
@@ -246,25 +266,30 @@ def init(args, out: Console) -> int:
         try:
             load_spec(probe)
         except SpecInvalid as exc:  # a bug in the template: say so, write nothing
-            for problem in exc.problems:
-                err.print(f"internal error, starter spec is invalid: {problem}", markup=False)
-            return FAILED
+            raise CliError(FAILED, "internal", "internal error: the starter spec is invalid",
+                           lines=exc.problems) from None
     try:
         _write_new(path, starter.text)
     except FileExistsError:
-        err.print(f"{path} exists: not overwriting it", markup=False)
-        return INVALID
+        raise CliError(INVALID, "usage", f"{path} exists: not overwriting it") from None
     except OSError as exc:
-        err.print(f"cannot write {path}: {exc}", markup=False)
-        return FAILED
-    if args.json:
-        document = {"out": str(path), **{k: v for k, v in asdict(starter).items() if k != "text"}}
-        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        raise CliError(FAILED, "failed", f"cannot write {path}: {exc}") from None
+    if session.json:
+        fields = {k: v for k, v in asdict(starter).items() if k != "text"}
+        session.emit(report.document("init", ok=True, exit_code=OK, out=str(path), **fields))
         return OK
-    out.print(f"wrote {path}: target {starter.target}" + (f" ({starter.cuda_arch})" if starter.cuda_arch else "")
-              + f", model {starter.model}, ctx {starter.ctx}", markup=False)
+    session.say(f"wrote {path}: target {starter.target}" + (f" ({starter.cuda_arch})" if starter.cuda_arch else "")
+                + f", model {starter.model}, ctx {starter.ctx}")
     for note in starter.notes:
-        out.print(f"  - {note}", markup=False)
-    out.print(f"next: ds4-converge {path} --check", markup=False)
+        session.say(f"  - {note}")
+    session.say(f"next: ds4-converge {path} --check")
     return OK
 
+
+COMMANDS = [
+    Command("facts", "the host facts preflight reads (GPU, driver, every nvcc, memory, disk, port holders)", facts,
+            add_arguments=_port_argument, takes_spec=False),
+    Command("init", "write a starter spec that suits this host", init, add_arguments=_init_arguments,
+            takes_spec=False,
+            epilog="exit codes:\n    0  written\n    1  failed to write it\n    2  --out exists, or usage"),
+]

@@ -1,216 +1,251 @@
-"""ds4-converge command line: a thin shell over the library.
+"""ds4-converge: the command line, and the safety net around every command.
 
-Exit codes: 0 converged, 1 failed (a revert included), 2 invalid spec or usage, 3 another run holds the lock.
+`ds4-converge SPEC ...` is the main command: a first argument that is not a command name is a spec path.
+Every way a command can end — its result, an invalid spec, a held lock, SIGINT or SIGTERM, a bug — ends
+here in one message for people (stderr) or one JSON document (stdout, with --json), and a documented exit
+code (command.py). Only two small modules of ours are imported before the signal handlers are in place, so
+that Ctrl-C at start-up never prints a traceback; each command imports what it needs when it runs.
 """
 from __future__ import annotations
 
-import argparse
 import sys
-import time
-from pathlib import Path
 
-from ds4_converge.cli import report
-from ds4_converge.cli.exit_codes import FAILED, INVALID, LOCKED, OK
-from ds4_converge.core.context import Context, make_context
-from ds4_converge.spec.hostpaths import UnknownVariable
-from ds4_converge.core.lock import LockHeld, RunLock
-from ds4_converge.spec.loader import SpecInvalid, load_spec, schema_json
+from ds4_converge.cli.command import FAILED, INVALID, OK, CliError
+from ds4_converge.core import interrupts
 
-COMMANDS = ("validate", "schema", "status", "stop", "logs", "rollback", "facts", "init")
-
-
-def _spec_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", type=Path, help="the spec YAML file")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.key=value",
-                        help="override a spec value (repeatable), e.g. --set server.ctx=65536")
-
-
-def build_parser(command: str) -> argparse.ArgumentParser:
-    if command == "converge":
-        parser = argparse.ArgumentParser(prog="ds4-converge",
-                                         description="Converge this box to SPEC, or leave it serving what it served. "
-                                                     f"Other commands: {', '.join(COMMANDS)}.")
-        _spec_args(parser)
-        parser.add_argument("--check", action="store_true", help="plan only: change nothing, say what would change")
-        parser.add_argument("--diff", action="store_true", help="show unified diffs of files and command lines")
-        parser.add_argument("--json", action="store_true", help="print one JSON document")
-        return parser
-    parser = argparse.ArgumentParser(prog=f"ds4-converge {command}")
-    if command == "schema":
-        return parser
-    if command in ("facts", "init"):
-        parser.add_argument("--json", action="store_true")
-        parser.add_argument("--port", type=int, default=8000)
-        if command == "init":
-            parser.add_argument("--out", type=Path, default=Path("spec.yaml"))
-        return parser
-    _spec_args(parser)
-    if command == "status":
-        parser.add_argument("--json", action="store_true")
-    if command == "logs":
-        parser.add_argument("-f", "--follow", action="store_true")
-        parser.add_argument("-n", "--lines", type=int, default=50)
-    if command == "rollback":
-        parser.add_argument("--json", action="store_true")
-    return parser
+# modules whose COMMANDS make up the CLI, in the order `--help` lists them
+COMMAND_MODULES = ("ds4_converge.cli.run_commands", "ds4_converge.cli.service_commands",
+                   "ds4_converge.cli.host_commands")
+USAGE = ("ds4-converge SPEC [--check] [--diff] [--json] [--set KEY=VALUE ...]\n"
+         "       ds4-converge COMMAND [options]   (ds4-converge help COMMAND)")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = argv.pop(0) if argv and argv[0] in COMMANDS else "converge"
     try:
-        args = build_parser(command).parse_args(argv)
-    except SystemExit as exc:
-        return INVALID if exc.code else OK
-    out = report.console()
-    err = report.console(sys.stderr)
-    if command == "schema":
-        sys.stdout.write(schema_json())
-        return OK
-    if command in ("facts", "init"):
-        from ds4_converge.cli import host_commands
-
-        return getattr(host_commands, command)(args, out)
-    try:
-        loaded = load_spec(args.spec, args.overrides)
-    except SpecInvalid as exc:
-        for problem in exc.problems:
-            err.print(problem, markup=False, highlight=False)
-        return INVALID
-    if command == "validate":
-        out.print(f"{args.spec}: valid", markup=False)
-        return OK
-    json_mode = getattr(args, "json", False)
-    try:
-        ctx = make_context(loaded, say=(lambda *_: None) if json_mode else (lambda m: err.print(f"… {m}", markup=False)),
-                           progress=not json_mode and sys.stderr.isatty())
-    except UnknownVariable as exc:
-        err.print(f"{args.spec}: paths.root: {exc}", markup=False)
-        return INVALID
-    if command in ("status", "logs"):
-        return globals()[f"_{command}"](ctx, args, out)  # read-only, and wanted most while a run goes on
-    if command in ("stop", "rollback") and not ctx.layout.root.exists():
-        err.print(f"{ctx.layout.root} does not exist: this spec was never converged here", markup=False)
-        return OK if command == "stop" else FAILED
-    read_only = getattr(args, "check", False)
-    lock = RunLock(ctx.layout.lock_file, read_only=read_only)
-    try:
-        if command == "converge" and not read_only and not ctx.layout.root.exists():
-            # a box never converged: take the lock (creating ROOT) only right before the first change,
-            # so a run refused by preflight leaves no trace
-            ctx.before_change = lock.acquire
-            with lock:
-                return _converge(ctx, args, out)
-        with lock.acquire():
-            if command == "converge":
-                return _converge(ctx, args, out)
-            return globals()[f"_{command}"](ctx, args, out)
-    except LockHeld as exc:
-        err.print(str(exc), markup=False)
-        return LOCKED
+        interrupts.install()
+        return _main(argv)
+    except KeyboardInterrupt as exc:  # only if it lands outside _main's own net (one signal raises, ever)
+        code = interrupts.exit_code(getattr(exc, "signum", 2))
+        return _end(None, "converge", "--json" in argv, code, "interrupted", "interrupted", [], {})
+    finally:
+        interrupts.restore()
 
 
-def _converge(ctx: Context, args, out) -> int:
-    from ds4_converge.core.reconciler import converge
+def _main(argv: list[str]) -> int:
+    session = None
+    name, json_mode, debug = "converge", "--json" in argv, "--debug" in argv
+    try:
+        name = _command_name(argv)
+        commands = registry()
+        parser = build_parser(commands)
+        if not argv:
+            sys.stderr.write(f"usage: {USAGE}\n\nCommands: {', '.join(commands)}.  More: ds4-converge help\n")
+            return INVALID
+        args = parser.parse_args(normalise(argv, commands))
+        command = commands[args.command]
+        from ds4_converge.cli.session import Session
 
-    ctx.check = args.check
-    outcome = converge(ctx, diff=args.diff or False)
-    if args.json:
-        report.print_json(outcome.to_json())
+        session = Session(command, args)
+        args.parser = parser
+        return command.run(args, session)  # a run that a signal cut short says so in its own code
+    except CliError as exc:
+        return _end(session, name, json_mode, exc.code, exc.aborted, exc.message, exc.lines, exc.fields)
+    except SystemExit as exc:  # argparse's --help and --version
+        return OK if not exc.code else INVALID
+    except BrokenPipeError:  # `ds4-converge status SPEC | head -1`: the reader left; say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return FAILED
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM as interrupts.Interrupted
+        signum = getattr(exc, "signum", None) or interrupts.received() or 2
+        from signal import Signals
+
+        return _end(session, name, json_mode, interrupts.exit_code(signum), "interrupted",
+                    f"interrupted by {Signals(signum).name}", [], {}, serving_note=True)
+    except Exception as exc:  # noqa: BLE001 - the safety net: a bug still ends in one message and one document
+        log = _write_traceback(session)
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        where = f"traceback in {log}" if log else "traceback not written"
+        return _end(session, name, json_mode, FAILED, "internal",
+                    f"internal error (a bug in ds4-converge): {type(exc).__name__}: {exc}",
+                    [] if debug else [f"{where}; --debug prints it here"], {"traceback_log": log},
+                    serving_note=True)
+
+
+def normalise(argv: list[str], commands) -> list[str]:
+    """`ds4-converge SPEC ...` is `ds4-converge converge SPEC ...`: the main command stays exactly so."""
+    if argv and argv[0] not in commands and argv[0] not in ("-h", "--help", "--version"):
+        return ["converge", *argv]
+    return argv
+
+
+def _command_name(argv: list[str]) -> str:
+    return argv[0] if argv and not argv[0].startswith("-") and _is_command(argv[0]) else "converge"
+
+
+def _is_command(word: str) -> bool:
+    try:
+        return word in registry()
+    except Exception:  # noqa: BLE001 - a broken registry is reported by _main itself
+        return False
+
+
+def _end(session, name: str, json_mode: bool, code: int, aborted: str, message: str, lines: list[str],
+         fields: dict, *, serving_note: bool = False) -> int:
+    """The one ending of a command that could not give its own result (a signal now is noted, not raised)."""
+    with interrupts.shielded():
+        return _say_end(session, name, json_mode, code, aborted, message, lines, fields, serving_note)
+
+
+def _say_end(session, name, json_mode, code, aborted, message, lines, fields, serving_note) -> int:
+    if session is not None and session.emitted:
+        return code  # the command printed its document already; a late signal changes only the exit code
+    serving = session.serving() if session is not None else {"release": None, "endpoint": None}
+    if serving_note and session is not None and session.ctx is not None:
+        message += ("; serving: release " + f"{serving['release']} on {serving['endpoint']}"
+                    if serving["release"] else "; serving: nothing")
+    if json_mode:
+        from ds4_converge.cli import report
+
+        error = "\n".join(lines) if aborted == "invalid" and lines else message
+        report.print_json(report.document(name, ok=False, exit_code=code, aborted=aborted, error=error,
+                                          release=serving["release"], endpoint=serving["endpoint"], **fields))
+        if session is not None:
+            session.emitted = True
     else:
-        report.print_outcome(outcome, out, check=args.check)
-    return OK if outcome.ok else FAILED
+        if aborted == "invalid" and lines:
+            text = "\n".join(lines)
+        else:
+            text = "\n".join([f"ds4-converge: {message}", *(f"  {line}" for line in lines)])
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    return code
 
 
-def _status_document(ctx: Context) -> dict:
-    from ds4_converge.health.probe import NotReady, Unhealthy, check_models
+def _write_traceback(session) -> str | None:
+    """Under ROOT/logs when the root is known and writable, else a temporary file; None if neither works."""
+    import os
+    import tempfile
+    import time
+    import traceback
 
-    name, supervisor = ctx.spec.server.name, ctx.supervisor
-    info = supervisor.info(name) if supervisor.is_running() else None
-    pid = info["pid"] if info and info["statename"] in ("RUNNING", "STARTING") and info["pid"] else None
-    healthy = False
-    if pid:
+    text = f"{time.strftime('%Y-%m-%d %H:%M:%S')} ds4-converge {' '.join(sys.argv[1:])}\n{traceback.format_exc()}\n"
+    logs = session.ctx.layout.logs if session is not None and session.ctx is not None else None
+    if logs is not None and logs.is_dir():
         try:
-            check_models(ctx.endpoint, timeout=5)
-            healthy = True
-        except (NotReady, Unhealthy):
+            with open(logs / "errors.log", "a") as handle:
+                handle.write(text)
+            return str(logs / "errors.log")
+        except OSError:
             pass
-    current, last_good = ctx.state.current, ctx.state.last_good
-    return {"release": current.release if current else None, "pid": pid,
-            "state": info["statename"] if info else "not running",
-            "uptime_s": int(info["now"] - info["start"]) if pid else None, "healthy": healthy,
-            "endpoint": ctx.endpoint, "last_good": last_good.release if last_good else None,
-            "last_good_at": last_good.recorded_at if last_good else None}
+    try:
+        fd, path = tempfile.mkstemp(prefix="ds4-converge-error-", suffix=".log")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        return path
+    except OSError:
+        return None
 
 
-def _status(ctx: Context, args, out) -> int:
-    document = _status_document(ctx)
-    if args.json:
-        report.print_json(document)
-    else:
-        report.status_table(document, out)
-    return OK if document["healthy"] else FAILED
+# ---------------------------------------------------------------------------------------------- the parser
+
+_REGISTRY: dict | None = None
 
 
-def _stop(ctx: Context, args, out) -> int:
-    """Maintenance or teardown: stop the engine, then the supervisord this tool started."""
-    from ds4_converge.service.systemd import has_systemd, unit_path
+def registry() -> dict:
+    """{name: Command} of every command, `help` included."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        import importlib
 
-    supervisor, name = ctx.supervisor, ctx.spec.server.name
-    if supervisor.is_running():
-        supervisor.stop(name, grace=ctx.spec.server.stop_wait_s)
-        unit = unit_path(name)
-        if has_systemd() and unit.exists():
-            import subprocess
+        from ds4_converge.cli.command import Command
 
-            subprocess.run(["systemctl", "disable", "--now", unit.name], check=False)
-        supervisor.shutdown()
-        out.print(f"stopped {name} and its supervisord ({ctx.layout.root})", markup=False)
-    else:
-        out.print(f"nothing running under {ctx.layout.root}", markup=False)
+        found = {}
+        for module in COMMAND_MODULES:
+            for command in importlib.import_module(module).COMMANDS:
+                found[command.name] = command
+        found["help"] = Command("help", "show help: of ds4-converge, or of one COMMAND", _help,
+                                add_arguments=lambda p: p.add_argument("topic", nargs="?", metavar="COMMAND",
+                                                                       help="the command to explain"),
+                                takes_spec=False, json=False)
+        _REGISTRY = found
+    return _REGISTRY
+
+
+def _help(args, session) -> int:
+    parser = args.parser
+    if not args.topic:
+        parser.print_help()
+        return OK
+    sub = parser.subparsers.choices.get(args.topic)
+    if sub is None:
+        sys.stderr.write(f"ds4-converge: no command {args.topic!r}; commands: {', '.join(registry())}\n")
+        return INVALID
+    sub.print_help()
     return OK
 
 
-def _logs(ctx: Context, args, out) -> int:
-    from ds4_converge.core.shell import tail
+def build_parser(commands: dict):
+    import argparse
 
-    log = ctx.layout.engine_log(ctx.spec.server.name)
-    failed_builds = sorted((p for p in ctx.layout.logs.glob("build-*.log")
-                            if not (ctx.layout.releases / p.stem.removeprefix("build-")).exists()),
-                           key=lambda p: p.stat().st_mtime)
-    if failed_builds:
-        out.print(f"==> {failed_builds[-1]} (failed build) <==", markup=False)
-        sys.stdout.write(tail(failed_builds[-1], args.lines))
-    out.print(f"==> {log} <==", markup=False)
-    sys.stdout.write(tail(log, args.lines))
-    sys.stdout.flush()
-    if args.follow:
-        _follow(log)
-    return OK
+    from ds4_converge.cli.exit_codes import MEANINGS
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):  # usage errors end like every other error: one message or one document
+            raise CliError(INVALID, "usage", f"{message} (usage: {self.format_usage().strip().removeprefix('usage: ')})")
+
+    codes = "\n".join(f"  {code:>3}  {meaning}" for code, meaning in MEANINGS.items())
+    parser = Parser(prog="ds4-converge", usage=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter,
+                    description=_wrap("Converge this box to SPEC: build the pinned ds4 engine, switch it under "
+                                "supervisord, probe it, and revert to the last good release when it is not "
+                                "healthy. `ds4-converge SPEC` is `ds4-converge converge SPEC`."),
+                    epilog=f"exit codes (each command's help lists its own):\n{codes}\n\n" + _wrap(
+                        "Output: results on stdout, progress and errors on stderr; with --json, stdout is "
+                        "one JSON document whatever happens."))
+    class Version(argparse.Action):  # importlib.metadata only when asked: start-up time
+        def __call__(self, parser, namespace, values, option_string=None):
+            sys.stdout.write(f"ds4-converge {_version()}\n")
+            parser.exit()
+
+    parser.add_argument("--version", action=Version, nargs=0, help="print the version of ds4-converge and exit")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands", parser_class=Parser)
+    parser.subparsers = subparsers
+    for command in commands.values():
+        sub = subparsers.add_parser(command.name, prog=f"ds4-converge {command.name}", help=command.summary,
+                                    description=_wrap(command.description or command.summary),
+                                    epilog=command.epilog or None,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        if command.takes_spec:
+            sub.add_argument("spec", metavar="SPEC", help="the spec YAML file (relative paths in it are relative to it)")
+            sub.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                             help="override a spec value, read as YAML (repeatable), e.g. --set server.ctx=65536; "
+                                  "--set engine.ref=X replaces engine.installer, and the other way round")
+        command.add_arguments(sub)
+        if command.json:
+            sub.add_argument("--json", action="store_true",
+                             help="print one JSON document on stdout and nothing else, whatever happens "
+                                  "(schema: ds4_converge/cli/report.schema.json)")
+        sub.add_argument("--debug", action="store_true",
+                         help="print the traceback of an internal error here (it is always written to a log)")
+    return parser
 
 
-def _follow(path: Path) -> None:
-    with open(path, errors="replace") as handle:
-        handle.seek(0, 2)
-        try:
-            while True:
-                line = handle.readline()
-                if line:
-                    sys.stdout.write(line)
-                    sys.stdout.flush()
-                else:
-                    time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
+def _wrap(text: str) -> str:
+    import shutil
+    import textwrap
+
+    return textwrap.fill(text, width=min(100, shutil.get_terminal_size().columns - 2))
 
 
-def _rollback(ctx: Context, args, out) -> int:
-    from ds4_converge.core.rollback import rollback
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
 
-    outcome = rollback(ctx)
-    if args.json:
-        report.print_json(outcome.to_json())
-    else:
-        report.print_outcome(outcome, out, check=False)
-    return OK if outcome.ok else FAILED
-
+    try:
+        return version("ds4-converge")
+    except PackageNotFoundError:
+        return "unknown"

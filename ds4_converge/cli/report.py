@@ -1,69 +1,160 @@
-"""What people and programs read: one line per role and a recap (colour on a TTY), or one JSON document."""
+"""What people and programs read: role lines and a recap (colour on a terminal), tables, or one JSON document.
+
+Every ``--json`` document is built by :func:`document` and follows ``report.schema.json`` (shipped with the
+package; tests validate every command's output against it). Fields every document has:
+
+- ``command``, ``ok``, ``exit_code``;
+- ``aborted``: null when the command ran to its own result, otherwise why it stopped early (``usage``,
+  ``invalid``, ``locked``, ``never_converged``, ``interrupted``, ``internal``);
+- ``error``: null, or one line for people;
+- ``release`` / ``endpoint``: what serves now under this spec's root — the release whose engine runs and its
+  URL — null when nothing does (or the spec could not be read, so the root is unknown).
+
+rich is imported only when something is printed for people: a --json run never pays for it.
+"""
 from __future__ import annotations
 
 import json
 import sys
+from importlib import resources
 
 STYLE = {"ok": "green", "changed": "yellow", "failed": "bold red", "skipped": "cyan"}
+SCHEMA_FILE = "report.schema.json"
 
 
-class _LazyConsole:
-    """A rich Console made on first use: a run that prints only JSON never imports rich."""
-
-    def __init__(self, stream) -> None:
-        self._stream, self._console = stream, None
-
-    def __getattr__(self, name):
-        if self._console is None:
-            from rich.console import Console
-
-            self._console = Console(file=self._stream or sys.stdout, highlight=False, soft_wrap=True)
-        return getattr(self._console, name)
+# ------------------------------------------------------------------------------------------------ documents
 
 
-def console(stream=None):
-    return _LazyConsole(stream)
-
-
-def print_outcome(outcome, out, *, check: bool) -> None:
-    for result in outcome.results:
-        label = result.status
-        out.print(f"[{STYLE[label]}]{label:<8}[/] {result.name:<10} {_escape(result.msg)}")
-        for warning in result.warnings:
-            out.print(f"[yellow]  warning:[/] {_escape(warning)}")
-        for note in result.notes:
-            out.print(f"  note: {_escape(note)}", style="dim")
-        for change in result.changes if check or result.changed else []:
-            out.print(f"  - {_escape(change)}")
-        if result.diff:
-            out.print(_escape(result.diff.rstrip("\n")), style="dim")
-    counts = {s: sum(r.status == s for r in outcome.results) for s in STYLE}
-    recap = "  ".join(f"[{STYLE[s]}]{s}={n}[/]" for s, n in counts.items())
-    mode = " (check mode: nothing was changed)" if check else ""
-    out.print(f"\nRECAP {recap}{mode}")
-    if outcome.ok:
-        if outcome.endpoint and not check:
-            out.print(f"[green]converged[/]: release {outcome.release} serving {outcome.endpoint}")
-    else:
-        out.print(f"[bold red]FAILED[/]: {_escape(outcome.error)}")
-        if outcome.detail:
-            out.print(_escape(outcome.detail.rstrip()), style="dim")
+def document(command: str, *, ok: bool, exit_code: int, error: str | None = None, release: str | None = None,
+             endpoint: str | None = None, aborted: str | None = None, **fields) -> dict:
+    return {"command": command, "ok": ok, "exit_code": exit_code, "aborted": aborted, "error": error or None,
+            "release": release, "endpoint": endpoint, **fields}
 
 
 def print_json(document: dict, stream=None) -> None:
-    (stream or sys.stdout).write(json.dumps(document, indent=2, sort_keys=False) + "\n")
+    stream = stream or sys.stdout
+    stream.write(json.dumps(document, indent=2, default=str) + "\n")
+    stream.flush()
 
 
-def status_table(status: dict, out) -> None:
-    from rich.table import Table
-
-    table = Table(show_header=False, box=None)
-    for key, value in status.items():
-        table.add_row(key, _escape(str(value)))
-    out.print(table)
+def schema() -> dict:
+    """The JSON Schema of every --json document."""
+    return json.loads(resources.files("ds4_converge.cli").joinpath(SCHEMA_FILE).read_text())
 
 
-def _escape(text: str) -> str:
-    from rich.markup import escape
+# ------------------------------------------------------------------------------------------------- for people
 
-    return escape(text)
+
+def console(stream=None):
+    from rich.console import Console
+
+    return Console(file=stream or sys.stdout, highlight=False, soft_wrap=True)
+
+
+def escape(text: str) -> str:
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(str(text))
+
+
+def plain(markup: str) -> str:
+    """A rich markup line as plain text (for logs: journald, Ansible)."""
+    from rich.text import Text
+
+    return Text.from_markup(markup).plain
+
+
+def role_lines(result, *, check: bool) -> list[str]:
+    """One role's line, then its warnings, notes, changes and diff (rich markup)."""
+    label = result.status
+    lines = [f"[{STYLE[label]}]{label:<8}[/] {result.name:<10} {escape(result.msg)}"]
+    lines += [f"[yellow]  warning:[/] {escape(w)}" for w in result.warnings]
+    lines += [f"[dim]  note: {escape(n)}[/]" for n in result.notes]
+    lines += [f"  - {escape(c)}" for c in (result.changes if check or result.changed else [])]
+    if result.diff:
+        lines += [f"[dim]{escape(line)}[/]" for line in result.diff.rstrip("\n").splitlines()]
+    return lines
+
+
+def switch_lines(switch: dict | None, *, check: bool) -> list[str]:
+    """What a restart changes, in words (`ctx 65536 → 32768`), under the line of the role that restarts."""
+    if not switch:
+        return []
+    verb = "would change" if check else "changes"
+    changes = switch["changes"] or ["(same settings)"]
+    return [f"[bold]  {verb}:[/] {escape(changes[0])}"] + [f"           {escape(c)}" for c in changes[1:]]
+
+
+def recap(out, document: dict) -> None:
+    """The end of a converge or rollback: counts, then what serves now or why it failed."""
+    roles = document.get("roles") or []
+    counts = {s: sum(r["status"] == s for r in roles) for s in STYLE}
+    check = document.get("check")
+    if roles:
+        line = "  ".join(f"[{STYLE[s]}]{s}={n}[/]" for s, n in counts.items())
+        out.print(f"\nRECAP {line}" + (" (check mode: nothing was changed)" if check else ""))
+    if document["ok"]:
+        if document["release"] and not check:
+            verb = "converged" if document["command"] == "converge" else "rolled back"
+            out.print(f"[green]{verb}[/]: release {escape(document['release'])} serving {document['endpoint']}")
+            out.print(f"try:  {escape(curl_line(document['endpoint']))}")
+        return
+    out.print(f"[bold red]FAILED[/]: {escape(document['error'] or 'failed')}")
+    if document.get("detail"):
+        out.print(f"[dim]{escape(document['detail'].rstrip())}[/]")
+    out.print("serving: " + (f"release {escape(document['release'])} on {document['endpoint']}"
+                             if document["release"] else "nothing"))
+
+
+def curl_line(endpoint: str) -> str:
+    from ds4_converge.health.probe import MODEL_ID  # the id /v1/models lists
+
+    body = json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": "What is the capital of France?"}]},
+                      separators=(",", ":"))
+    return f"curl -s {endpoint}/v1/chat/completions -H 'Content-Type: application/json' -d '{body}'"
+
+
+def status_lines(doc: dict) -> list[str]:
+    """`status` for people: a headline, then aligned rows; no Python None/True anywhere."""
+    name = doc["name"]
+    last_run = doc.get("last_run")
+    if doc["never_converged"]:
+        lines = [f"{name}: [bold]never converged[/] under {escape(doc['root'])}"]
+        if last_run:
+            lines.append(f"  last run: {escape(last_run['command'])} at {last_run['finished_at']}: "
+                         f"{escape(one_line(last_run['error'] or 'failed'))}")
+        return lines + [f"  converge it with: ds4-converge {escape(doc['spec'])}"]
+    if doc["healthy"]:
+        head = f"{name}: [green]healthy[/], serving release {escape(doc['release'])} on {doc['endpoint']}"
+    elif doc["release"]:
+        head = f"{name}: [bold red]not healthy[/]: release {escape(doc['release'])} runs but {escape(doc['error'])}"
+    else:
+        head = f"{name}: [bold red]not serving[/] ({escape(doc['error'])})"
+    rows = [("process", doc["state"] + (f", pid {doc['pid']}, up {duration(doc['uptime_s'])}" if doc["pid"] else ""))]
+    rows.append(("last good", f"{doc['last_good']}, recorded {doc['last_good_at']}" if doc["last_good"] else "none yet"))
+    if last_run:
+        outcome = "ok" if last_run["ok"] else f"failed: {one_line(last_run['error'] or '')}"
+        rows.append(("last run", f"{last_run['command']} at {last_run['finished_at']}: {outcome}"))
+    rows.append(("root", doc["root"]))
+    width = max(len(k) for k, _ in rows)
+    return [head] + [f"  {k:<{width}}  {escape(v)}" for k, v in rows]
+
+
+def one_line(text: str) -> str:
+    """A many-line error (with an engine's log tail inside) as its first and last lines."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else ""
+    return f"{lines[0]} … {lines[-1]}"
+
+
+def duration(seconds: float | None) -> str:
+    """12s, 4m05s, 2h10m."""
+    seconds = int(seconds or 0)
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"

@@ -1,5 +1,4 @@
 """Upgrades to broken engines revert on their own; a failed build never touches the serving release."""
-import json
 import signal
 import subprocess
 import sys
@@ -7,6 +6,8 @@ import time
 
 import pytest
 import requests
+
+from boxes import report_document
 
 FAULT_TAGS = ["v0.3.1-crash-at-start", "v0.3.1-hang", "v0.3.1-wrong-model", "v0.3.1-wrong-answer",
               "v0.3.1-crash-after"]
@@ -109,19 +110,27 @@ def test_a_failed_build_shows_the_build_log_tail_in_json(served_box):
     assert rc == 1 and "make -j2 cpu" in (document["detail"] or ""), document
 
 
-def test_ctrl_c_during_the_probe_reverts(served_box):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_during_the_probe_reverts(served_box, signum):
+    """Ctrl-C, or the SIGTERM of systemd or an Ansible timeout, after the old engine was stopped: last good
+    comes back before the tool exits, and the report says so."""
     box = served_box
     before = box.status()
     # a stuck load outlives SIGTERM, as the real engine's would: the revert's stop ends it with SIGKILL after
     # stop_wait_s, so keep that short here
     with box.edited({"engine.ref": "v0.3.1-hang", "server.stop_wait_s": 10}):
         run = subprocess.Popen([sys.executable, "-m", "ds4_converge.cli", str(box.spec_path), "--json"],
-                               stdout=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30
         while box.status()["release"] == before["release"] and time.monotonic() < deadline:
             time.sleep(0.2)  # wait until the hanging release was started
-        run.send_signal(signal.SIGINT)
-        out, _ = run.communicate(timeout=60)
-    document = json.loads(out)
-    assert run.returncode == 1 and document["reverted"] and "interrupted" in document["error"], document
-    assert box.status()["release"] == before["release"] and box.status()["healthy"]
+        run.send_signal(signum)
+        out, err = run.communicate(timeout=60)
+    document = report_document(subprocess.CompletedProcess(run.args, run.returncode, out, err))
+    assert run.returncode == 128 + signum, (document, err)
+    assert document["reverted"] and document["aborted"] == "interrupted", document
+    assert f"interrupted ({signal.Signals(signum).name})" in document["error"], document
+    assert document["release"] == before["release"], "the report names what serves now"
+    assert "Traceback" not in err
+    after = box.status()
+    assert after["release"] == before["release"] and after["healthy"]

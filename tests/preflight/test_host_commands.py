@@ -1,6 +1,7 @@
 """`ds4-converge facts` and `ds4-converge init`: the real CLI on fake GPUs, and the starter spec on hand-built facts."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import yaml
 from ds4_converge.facts import HostFacts, Version
 from ds4_converge.cli.host_commands import Q2_IMATRIX, starter_spec
 from ds4_converge.spec.loader import load_spec
+from boxes import report_document
 from fakehost import GB10, H200, cuda, host, toolkit
 
 
@@ -27,7 +29,7 @@ def test_facts_json_is_host_facts_with_the_fake_gpu_and_path_nvcc(fake):
     stale = fake.stale_nvcc("12.0")
     proc = cli("facts", "--json", "--port", "1")
     assert proc.returncode == 0, proc.stderr
-    facts = HostFacts.from_json(proc.stdout)
+    facts = HostFacts.from_json(json.dumps(report_document(proc)["facts"]))
     assert [(g.name, g.compute_cap) for g in facts.gpus] == [("NVIDIA GB10", Version(12, 1))]
     assert facts.driver.cuda_version == Version(13, 0)
     assert facts.cuda.path_nvcc.path == str(stale) and facts.cuda.path_nvcc.version == Version(12, 0)
@@ -80,8 +82,15 @@ def test_init_json(fake, tmp_path):
     fake.gb10()
     proc = cli("init", "--json", "--out", str(tmp_path / "s.yaml"))
     assert proc.returncode == 0, proc.stderr
-    document = yaml.safe_load(proc.stdout)
+    document = report_document(proc)
     assert document["target"] == "cuda-spark" and document["model"] == Q2_IMATRIX
+
+
+def test_init_json_on_an_existing_file_is_a_document_too(fake, tmp_path):
+    (tmp_path / "s.yaml").write_text("mine\n")
+    proc = cli("init", "--json", "--out", str(tmp_path / "s.yaml"))
+    document = report_document(proc)
+    assert proc.returncode == 2 and document["aborted"] == "usage" and "not overwriting" in document["error"]
 
 
 # ----------------------------------------------------------------------------- starter_spec, pure

@@ -1,0 +1,164 @@
+"""Commands that change what serves, or say whether a spec could: converge, validate, schema, rollback."""
+from __future__ import annotations
+
+import sys
+
+from ds4_converge.cli.command import FAILED, NEVER_CONVERGED, OK, CliError, Command
+
+RUN_EXITS = """exit codes:
+    0  converged (with --check: planned)
+    1  failed: nothing was switched, or the switch was reverted ("reverted": true); what serves is said
+    2  invalid spec or usage
+    3  another run holds the lock of this root
+  130  interrupted by SIGINT, 143 by SIGTERM (after a switch began, last good is put back first)"""
+
+
+def _converge_arguments(parser) -> None:
+    parser.add_argument("--check", action="store_true",
+                        help="plan only: change no file and no process, say what would change")
+    parser.add_argument("--diff", action="store_true",
+                        help="also show unified diffs of rendered files and command lines")
+    parser.add_argument("--progress-interval", type=float, default=10.0, metavar="SECONDS",
+                        help="without a terminal (journald, Ansible, a pipe): during a long wait, print a "
+                             "line with the elapsed time and the log's last line every SECONDS (default 10; "
+                             "0: never)")
+
+
+def converge(args, session) -> int:
+    from ds4_converge.cli import report
+    from ds4_converge.cli.progress import Reporter, mode_for
+    from ds4_converge.core import interrupts
+    from ds4_converge.core.reconciler import converge as run
+
+    ctx = session.context()
+    ctx.check = args.check
+    before = ctx.state.current  # what ran before: the restart's config diff is against it
+    reporter = Reporter(mode_for(session.json), interval=args.progress_interval)
+    reporter.extra_lines = lambda result: (report.switch_lines(switch_of(before, ctx), check=ctx.check)
+                                           if result.name == "service" and result.changed else [])
+    reporter.attach(ctx)
+    lock = session.lock(read_only=args.check)
+    try:
+        if not args.check and not ctx.layout.root.exists():
+            # a box never converged: take the lock (creating ROOT) only right before the first change,
+            # so a run refused by preflight leaves no trace
+            ctx.before_change = lock.acquire
+            with lock:
+                outcome = run(ctx, diff=args.diff)
+        else:
+            with lock.acquire():
+                outcome = run(ctx, diff=args.diff)
+    finally:
+        reporter.close()
+    signum = interrupts.received()
+    code = OK if outcome.ok else (interrupts.exit_code(signum) if signum else FAILED)
+    return finish(session, "converge", outcome, code, check=args.check, switch=switch_of(before, ctx))
+
+
+def switch_of(before, ctx) -> dict | None:
+    """What the engine restart of this run changes (or would): {"from", "to", "changes"}; None: no restart."""
+    from ds4_converge.core.config_diff import config_changes
+
+    if not ctx.restart_needed:
+        return None
+    was = before.release if before else None
+    if ctx.desired is None:  # check mode before the build: the command line comes from the built binary
+        to = ctx.build.release_id if ctx.build else None
+        changes = ([f"release {was} → {to}"] if was != to else []) + ["(command line known after the build)"]
+        return {"from": was, "to": to, "changes": changes}
+    return {"from": was, "to": ctx.desired.release, "changes": config_changes(before, ctx.desired)}
+
+
+def finish(session, command: str, outcome, code: int, *, check: bool, switch: dict | None) -> int:
+    """The report of a converge or rollback: recorded under root, then the JSON document or the recap."""
+    from ds4_converge.cli import report
+    from ds4_converge.core import interrupts
+
+    serving = session.serving()
+    document = report.document(
+        command, ok=outcome.ok, exit_code=code, error=outcome.error, release=serving["release"],
+        endpoint=serving["endpoint"], aborted="interrupted" if interrupts.received() and not outcome.ok else None,
+        changed=outcome.changed, reverted=outcome.reverted, check=check, detail=outcome.detail or None,
+        roles=[r.to_json() for r in outcome.results], switch=switch)
+    if not check:
+        session.record_run(document)
+    if session.json:
+        session.emit(document)
+    else:
+        report.recap(session.out, document)
+        if document["aborted"] == "interrupted":
+            from signal import Signals
+
+            serving = f"release {document['release']}" if document["release"] else "nothing"
+            sys.stderr.write(f"ds4-converge: interrupted by {Signals(interrupts.received()).name}; "
+                             f"serving: {serving}\n")
+    return code
+
+
+def validate(args, session) -> int:
+    from ds4_converge.cli import report
+
+    session.load_spec()
+    if session.json:
+        session.emit(report.document("validate", ok=True, exit_code=OK, spec=str(args.spec)))
+    else:
+        session.say(f"{args.spec}: valid")
+    return OK
+
+
+def schema(args, session) -> int:
+    from ds4_converge.spec.loader import schema_json
+
+    sys.stdout.write(schema_json())
+    return OK
+
+
+ROLLBACK_EXITS = """exit codes:
+    0  the target is back and passed the probe
+    1  failed (no earlier good release, or the target is not healthy)
+    2  invalid spec or usage
+    3  another run holds the lock of this root
+    4  never converged under this root: nothing to roll back to
+  130  interrupted by SIGINT, 143 by SIGTERM"""
+
+
+def rollback(args, session) -> int:
+    from ds4_converge.cli import report
+    from ds4_converge.cli.progress import Reporter, mode_for
+    from ds4_converge.core import interrupts
+    from ds4_converge.core.rollback import rollback as run
+
+    ctx = session.context()
+    if not ctx.layout.root.exists() or (ctx.state.current is None and not ctx.state.good):
+        raise CliError(NEVER_CONVERGED, "never_converged",
+                       f"nothing to roll back: this spec was never converged under {ctx.layout.root}")
+    before = ctx.state.current
+    reporter = Reporter(mode_for(session.json))
+    reporter.attach(ctx)
+    reporter.extra_lines = lambda result: report.switch_lines(switch_of(before, ctx), check=False)
+    try:
+        with session.lock().acquire():
+            reporter.role_started("rollback")
+            outcome = run(ctx)
+            ctx.restart_needed = ctx.desired is not None
+            for result in outcome.results:
+                reporter.role_done(result)
+    finally:
+        reporter.close()
+    signum = interrupts.received()
+    code = OK if outcome.ok else (interrupts.exit_code(signum) if signum else FAILED)
+    return finish(session, "rollback", outcome, code, check=False, switch=switch_of(before, ctx))
+
+
+COMMANDS = [
+    Command("converge", "converge this box to SPEC (what `ds4-converge SPEC` runs)", converge,
+            add_arguments=_converge_arguments, epilog=RUN_EXITS,
+            description="Validate SPEC, then plan and apply each role in order (preflight, toolchain, models, "
+                        "engine, service, probe); a switched engine that is not healthy is reverted to last "
+                        "good. Each role's line prints as it finishes; long waits show their progress."),
+    Command("validate", "validate SPEC only (with --set), touching nothing", validate,
+            epilog="exit codes:\n    0  valid\n    2  invalid: each problem as FILE:LINE:COL: field.path: message"),
+    Command("schema", "print the JSON Schema of the spec", schema, takes_spec=False, json=False),
+    Command("rollback", "back to last good, or from last good to the good release before it, through the probe",
+            rollback, epilog=ROLLBACK_EXITS),
+]

@@ -1,0 +1,159 @@
+"""Commands about what runs under a root: status, logs, stop. Read-only but `stop`; none takes the lock
+but `stop` (status and logs are wanted most while a run goes on)."""
+from __future__ import annotations
+
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from ds4_converge.cli.command import FAILED, NEVER_CONVERGED, OK, CliError, Command
+
+STATUS_EXITS = """exit codes:
+    0  healthy: the engine runs and /v1/models lists the model
+    1  not healthy: converged here before, but nothing runs or it does not answer
+    2  invalid spec or usage
+    4  never converged under this root"""
+
+
+def status(args, session) -> int:
+    from ds4_converge.cli import report
+
+    ctx = session.context()
+    serving = session.serving()
+    state = ctx.state
+    never = state.current is None and not state.good and serving["pid"] is None
+    healthy, error = False, None
+    if never:
+        code, error = NEVER_CONVERGED, f"never converged under {ctx.layout.root}"
+    elif serving["release"] is None:
+        code, error = FAILED, ("nothing runs" if serving["state"] in ("not running", "STOPPED")
+                               else f"the engine is {serving['state']}")
+    else:
+        from ds4_converge.health.probe import NotReady, Unhealthy, check_models
+
+        try:
+            check_models(serving["endpoint"], timeout=5)
+            healthy, code = True, OK
+        except (NotReady, Unhealthy) as exc:
+            code, error = FAILED, f"{serving['endpoint']} does not answer right: {exc}"
+    last_good = state.last_good
+    document = report.document(
+        "status", ok=healthy, exit_code=code, error=error, release=serving["release"], endpoint=serving["endpoint"],
+        healthy=healthy, never_converged=never, state=serving["state"], pid=serving["pid"],
+        uptime_s=serving["uptime_s"], last_good=last_good.release if last_good else None,
+        last_good_at=last_good.recorded_at if last_good else None, last_run=session.last_run(),
+        name=ctx.spec.server.name, root=str(ctx.layout.root), spec=str(args.spec))
+    if session.json:
+        session.emit(document)
+    else:
+        for line in report.status_lines(document):
+            session.out.print(line)
+    return code
+
+
+def _logs_arguments(parser) -> None:
+    parser.add_argument("-f", "--follow", action="store_true",
+                        help="keep printing the engine's log as it grows (Ctrl-C ends); not with --json")
+    parser.add_argument("-n", "--lines", type=int, default=50, metavar="N",
+                        help="how many of the last lines of each log to show (default 50)")
+
+
+def logs(args, session) -> int:
+    from ds4_converge.cli import report
+    from ds4_converge.core.shell import tail
+
+    if args.follow and session.json:
+        raise CliError(2, "usage", "logs: --follow and --json do not go together")
+    ctx = session.context()
+    engine_log = ctx.layout.engine_log(ctx.spec.server.name)
+    build_log = failed_build_log(ctx.layout, session.last_run())
+    if not engine_log.exists() and build_log is None:
+        where = ctx.layout.logs if ctx.layout.root.exists() else ctx.layout.root
+        raise CliError(NEVER_CONVERGED, "never_converged",
+                       f"no logs yet: nothing under {where}" + ("" if ctx.layout.root.exists()
+                                                                 else " (this spec was never converged here)"))
+    logs_found = {"build_log": build_log, "engine_log": engine_log if engine_log.exists() else None}
+    if session.json:
+        session.emit(report.document(
+            "logs", ok=True, exit_code=OK, release=session.serving()["release"],
+            endpoint=session.serving()["endpoint"],
+            **{key: {"path": str(path), "text": tail(path, args.lines)} if path else None
+               for key, path in logs_found.items()}))
+        return OK
+    if build_log is not None:
+        when = datetime.fromtimestamp(build_log.stat().st_mtime).strftime("%Y-%m-%d %H:%M:%S")
+        session.say(f"==> {build_log} (failed build, {when}) <==")
+        sys.stdout.write(tail(build_log, args.lines))
+    if engine_log.exists():
+        session.say(f"==> {engine_log} <==")
+        sys.stdout.write(tail(engine_log, args.lines))
+    else:
+        session.say(f"(no engine log yet: {engine_log})")
+    sys.stdout.flush()
+    if args.follow and engine_log.exists():
+        _follow(engine_log)
+    return OK
+
+
+def failed_build_log(layout, last_run: dict | None) -> Path | None:
+    """The newest build log, while it is that of a failed build (no release tree) and no run succeeded since."""
+    builds = sorted(layout.logs.glob("build-*.log"), key=lambda p: p.stat().st_mtime) if layout.logs.is_dir() else []
+    if not builds:
+        return None
+    latest = builds[-1]
+    if (layout.releases / latest.stem.removeprefix("build-")).exists():
+        return None  # the latest build succeeded
+    if last_run and last_run.get("ok"):
+        try:
+            finished = datetime.fromisoformat(last_run["finished_at"]).timestamp()
+        except (TypeError, ValueError):
+            finished = 0
+        if finished >= latest.stat().st_mtime:
+            return None  # a later run ended well: that failure is history
+    return latest
+
+
+def _follow(path: Path) -> None:
+    with open(path, errors="replace") as handle:
+        handle.seek(0, 2)
+        try:
+            while True:
+                line = handle.readline()
+                if line:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+                else:
+                    time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+
+
+def stop(args, session) -> int:
+    from ds4_converge.cli import report
+    from ds4_converge.core.teardown import stop as stop_root
+
+    ctx = session.context()
+    stopped = False
+    if ctx.layout.root.exists():
+        with session.lock().acquire():
+            stopped = stop_root(ctx)
+    message = (f"stopped {ctx.spec.server.name} and its supervisord ({ctx.layout.root})" if stopped
+               else f"nothing running under {ctx.layout.root}")
+    if session.json:
+        session.emit(report.document("stop", ok=True, exit_code=OK, stopped=stopped, message=message))
+    else:
+        session.say(message)
+    return OK
+
+
+COMMANDS = [
+    Command("status", "what serves now: release, PID, uptime, healthy, last good, last run", status,
+            epilog=STATUS_EXITS),
+    Command("logs", "the engine's log, and the log of the latest build while that build failed", logs,
+            add_arguments=_logs_arguments,
+            epilog="exit codes:\n    0  shown\n    2  invalid spec or usage\n    4  no logs yet under this root"),
+    Command("stop", "stop the engine and the supervisord ds4-converge started (nothing else)", stop,
+            epilog="exit codes:\n    0  stopped, or nothing ran\n    2  invalid spec or usage\n"
+                   "    3  a converge holds the lock of this root"),
+]

@@ -1,0 +1,176 @@
+"""One invocation of a command: its arguments, how it prints, and what it loaded (for reports, errors included)."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from datetime import datetime, timezone
+
+from ds4_converge.cli.command import INVALID, LOCKED, CliError
+
+LAST_RUN = "last-run.json"  # under ROOT/logs: the report of the last converge or rollback
+
+
+class Session:
+    def __init__(self, command, args):
+        self.command, self.args = command, args
+        self.json = bool(getattr(args, "json", False))
+        self.emitted = False  # the --json document was printed: nothing may follow it on stdout
+        self.loaded = None  # LoadedSpec, once read
+        self.ctx = None  # Context, once made
+        self._out = self._err = None
+
+    # ------------------------------------------------------------------ printing
+
+    @property
+    def out(self):
+        if self._out is None:
+            from ds4_converge.cli.report import console
+
+            self._out = console(sys.stdout)
+        return self._out
+
+    @property
+    def err(self):
+        if self._err is None:
+            from ds4_converge.cli.report import console
+
+            self._err = console(sys.stderr)
+        return self._err
+
+    def emit(self, document: dict) -> None:
+        """Print the command's one JSON document, whole: a signal meanwhile is noted, not raised."""
+        from ds4_converge.cli.report import print_json
+        from ds4_converge.core import interrupts
+
+        with interrupts.shielded():
+            if not self.emitted:
+                print_json(document)
+                self.emitted = True
+
+    def say(self, text: str) -> None:
+        """A plain line for people on stdout (no markup)."""
+        self.out.print(text, markup=False)
+
+    # ------------------------------------------------------------------ spec and context
+
+    def load_spec(self):
+        if self.loaded is None:
+            from ds4_converge.spec.loader import SpecInvalid, load_spec
+
+            try:
+                self.loaded = load_spec(self.args.spec, self.args.overrides)
+            except SpecInvalid as exc:
+                raise CliError(INVALID, "invalid", f"{self.args.spec}: invalid spec", lines=exc.problems,
+                               problems=[p.to_json() for p in exc.located]) from None
+        return self.loaded
+
+    def context(self, **kwargs):
+        """The run's Context; a spec path that cannot be placed on this host is an invalid spec (exit 2)."""
+        if self.ctx is None:
+            from ds4_converge.core.context import make_context
+            from ds4_converge.spec.hostpaths import UnknownVariable
+
+            loaded = self.load_spec()
+            try:
+                self.ctx = make_context(loaded, say=lambda message: None, **kwargs)
+            except UnknownVariable as exc:
+                raise self._invalid("paths.root", str(exc)) from None
+            except KeyError as exc:  # pwd.getpwnam: the service user does not exist here
+                user = loaded.spec.server.user
+                raise self._invalid("server.user", f"no user {user!r} on this host ({exc})") from None
+        return self.ctx
+
+    def _invalid(self, field: str, message: str) -> CliError:
+        from ds4_converge.spec.loader import Problem
+
+        problem = Problem(message, file=str(self.args.spec), field=field)
+        return CliError(INVALID, "invalid", f"{self.args.spec}: invalid spec", lines=[str(problem)],
+                        problems=[problem.to_json()])
+
+    def lock(self, *, read_only: bool = False):
+        from ds4_converge.core.lock import RunLock
+
+        return _Lock(RunLock(self.ctx.layout.lock_file, read_only=read_only))
+
+    # ------------------------------------------------------------------ what serves now
+
+    def serving(self) -> dict:
+        """{"release", "endpoint", "state", "pid", "uptime_s"} of this root's engine as supervisord runs it now.
+
+        `release` is what we last started, counted only while its process runs (or starts): what serves now.
+        Never raises: a report about a failure must still be written when supervisord cannot be asked.
+        """
+        found = {"release": None, "endpoint": None, "state": "not running", "pid": None, "uptime_s": None}
+        ctx = self.ctx
+        if ctx is None:
+            return found
+        try:
+            supervisor = ctx.supervisor
+            info = supervisor.info(ctx.spec.server.name) if supervisor.is_running() else None
+        except Exception:  # noqa: BLE001 - supervisord half-up, unreadable socket: "unknown" is the answer
+            return {**found, "state": "unknown"}
+        if info is None:
+            return found
+        found["state"] = info["statename"]
+        current = ctx.state.current
+        if info["statename"] in ("RUNNING", "STARTING") and info["pid"]:
+            found["pid"] = info["pid"]
+            found["uptime_s"] = max(0, int(info["now"] - info["start"]))
+            if current is not None:
+                found["release"], found["endpoint"] = current.release, current.endpoint
+        return found
+
+    # ------------------------------------------------------------------ the last run, for `status` and `logs`
+
+    def record_run(self, document: dict) -> None:
+        """Keep the report of a converge or rollback that may have changed something (best effort)."""
+        ctx = self.ctx
+        if ctx is None or not ctx.layout.root.is_dir():
+            return
+        record = {"command": document["command"], "ok": document["ok"], "error": document["error"],
+                  "release": document["release"], "finished_at": _now()}
+        path = ctx.layout.logs / LAST_RUN
+        tmp = path.with_name(f".{LAST_RUN}.{os.getpid()}")
+        try:  # atomic but not fsynced: a record lost to a power cut costs nothing, a no-op run stays fast
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(record, indent=2) + "\n")
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+
+    def last_run(self) -> dict | None:
+        try:
+            record = json.loads((self.ctx.layout.logs / LAST_RUN).read_text())
+        except (OSError, ValueError, AttributeError):
+            return None
+        return record if isinstance(record, dict) and {"command", "ok", "finished_at"} <= set(record) else None
+
+
+class _Lock:
+    """RunLock whose `LockHeld` is a CliError (exit 3) naming the holder."""
+
+    def __init__(self, lock):
+        self.lock = lock
+
+    def acquire(self):
+        from ds4_converge.core.lock import LockHeld
+
+        try:
+            return self.lock.acquire()
+        except LockHeld as exc:
+            holder = exc.holder.strip()
+            raise CliError(LOCKED, "locked", str(exc), holder_pid=int(holder) if holder.isdigit() else None) from None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.lock.__exit__(*exc)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+

@@ -1,0 +1,171 @@
+"""The command line itself: help for every flag, the SPEC shorthand, the safety net, signals at start-up."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from ds4_converge.cli import main as cli
+from ds4_converge.cli import report
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ds4_converge.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "120"})
+
+
+def check_document(text: str, exit_code: int) -> dict:
+    document = json.loads(text)  # exactly one document: json.loads refuses trailing text
+    jsonschema.validate(document, report.schema(), cls=jsonschema.Draft202012Validator)
+    assert document["exit_code"] == exit_code
+    return document
+
+
+@pytest.fixture
+def spec(tmp_path) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({
+        "engine": {"repo": str(tmp_path / "nowhere.git"), "ref": "v0.2.0", "target": "cpu"},
+        "model": {"main": str(REPO / "engine/models/tiny-ds4flash.gguf")},
+        "server": {"port": 1}, "paths": {"root": str(tmp_path / "root")}}))
+    return path
+
+
+# ----------------------------------------------------------------------------------------------- parser
+
+
+def test_every_flag_of_every_command_has_help():
+    parser = cli.build_parser(cli.registry())
+    for name, sub in parser.subparsers.choices.items():
+        for action in sub._actions:
+            assert action.help and action.help.strip(), f"ds4-converge {name} {action.option_strings or action.dest}"
+
+
+@pytest.mark.slow  # the CLI in a subprocess
+def test_help_lists_every_command_and_explains_one():
+    proc = run_cli("help")
+    assert proc.returncode == 0
+    for name in cli.registry():
+        assert f"    {name} " in proc.stdout, name
+    proc = run_cli("help", "status")
+    assert proc.returncode == 0 and "never converged" in proc.stdout and "--json" in proc.stdout
+    assert run_cli("help", "nope").returncode == 2
+    assert run_cli("--help").stdout == run_cli("help").stdout
+
+
+@pytest.mark.slow  # the CLI in a subprocess
+def test_version():
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("ds4-converge ")
+
+
+def test_a_first_argument_that_is_not_a_command_is_a_spec():
+    commands = cli.registry()
+    assert cli.normalise(["spec.yaml", "--check"], commands) == ["converge", "spec.yaml", "--check"]
+    assert cli.normalise(["--check", "spec.yaml"], commands) == ["converge", "--check", "spec.yaml"]
+    assert cli.normalise(["status", "spec.yaml"], commands) == ["status", "spec.yaml"]
+    assert cli.normalise(["help"], commands) == ["help"]
+
+
+@pytest.mark.slow  # the CLI in a subprocess
+def test_no_arguments_is_a_usage_error_that_names_the_commands():
+    proc = run_cli()
+    assert proc.returncode == 2 and "usage: ds4-converge SPEC" in proc.stderr and "status" in proc.stderr
+
+
+@pytest.mark.slow  # the CLI in a subprocess
+def test_validate_and_facts_json_follow_the_schema(spec):
+    proc = run_cli("validate", str(spec), "--json")
+    assert check_document(proc.stdout, 0)["spec"] == str(spec)
+    proc = run_cli("facts", "--json", "--port", "1")
+    assert check_document(proc.stdout, 0)["facts"]["port"] == 1
+
+
+# ------------------------------------------------------------------------------------------- safety net
+
+
+def test_an_unexpected_exception_is_one_message_one_document_and_a_log(spec, monkeypatch, capsys):
+    def bug(ctx, diff=False):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("ds4_converge.core.reconciler.converge", bug)
+    assert cli.main([str(spec), "--json"]) == 1
+    out, err = capsys.readouterr()
+    document = check_document(out, 1)
+    assert document["aborted"] == "internal" and "RuntimeError: boom" in document["error"], document
+    assert "RuntimeError: boom" in Path(document["traceback_log"]).read_text()
+    assert "Traceback" not in out + err
+
+    assert cli.main([str(spec)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "internal error" in err and "RuntimeError: boom" in err and "Traceback" not in err
+    assert "--debug" in err
+
+    assert cli.main([str(spec), "--debug"]) == 1
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_the_signal_handlers_are_put_back_after_main(spec, monkeypatch, capsys):
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    cli.main(["validate", str(spec)])
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def _handlers_installed(pid: int) -> bool:
+    """Our SIGTERM handler is in place (Python itself catches only SIGINT): main() has started."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16)
+    return bool(caught & (1 << (signal.SIGTERM - 1)))
+
+
+@pytest.mark.slow  # the CLI in a subprocess
+@pytest.mark.parametrize("json_mode", [False, True], ids=["text", "json"])
+def test_ctrl_c_at_start_up_is_a_clean_message(spec, json_mode):
+    """Ctrl-C while the tool still imports and reads the spec: one line (or one document), exit 130."""
+    args = [sys.executable, "-m", "ds4_converge.cli", str(spec), "--check"] + (["--json"] if json_mode else [])
+    run = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not _handlers_installed(run.pid) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 130, (out, err)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    if json_mode:
+        document = check_document(out, 130)
+        assert document["aborted"] == "interrupted" and "SIGINT" in document["error"]
+    else:
+        assert "interrupted by SIGINT" in err
+
+
+# ------------------------------------------------------------------------------------------ for people
+
+
+def test_the_status_table_has_no_python_words():
+    document = report.document("status", ok=False, exit_code=1, error="nothing runs", healthy=False,
+                               never_converged=False, state="STOPPED", pid=None, uptime_s=None, last_good=None,
+                               last_good_at=None, last_run=None, name="ds4", root="/srv/ds4", spec="s.yaml")
+    text = "\n".join(report.plain(line) for line in report.status_lines(document))
+    assert "not serving" in text and "last good  none yet" in text
+    assert not any(word in text for word in ("None", "True", "False"))
+
+
+def test_the_curl_line_uses_a_model_id_that_v1_models_lists():
+    from ds4_converge.health.probe import MODEL_ID
+
+    line = report.curl_line("http://127.0.0.1:8000")
+    body = json.loads(line.split(" -d ")[1].strip("'"))
+    assert body["model"] == MODEL_ID and line.startswith("curl -s http://127.0.0.1:8000/v1/chat/completions ")
