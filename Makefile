@@ -4,31 +4,44 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 SPEC   ?= spec/examples/sim.yaml
+ARGS   ?=
 
 .PHONY: run test test-fast lint-imports stop status check schema clean
 
-$(BIN)/ds4-converge: pyproject.toml
+# What running the tool needs, and nothing else (no test or fleet tools): make run, check, status, stop.
+$(VENV)/.installed-run: pyproject.toml
+	@echo "==> $(VENV): installing ds4-converge and what running it needs (README: Why each dependency is here)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,fleet]'
+	$(BIN)/pip install --disable-pip-version-check --upgrade pip
+	$(BIN)/pip install --disable-pip-version-check -e .
 	touch $@
 
-run: $(BIN)/ds4-converge
-	$(BIN)/ds4-converge $(SPEC)
-	@port=$$($(BIN)/python -c "import yaml,sys; print(yaml.safe_load(open('$(SPEC)')).get('server',{}).get('port',8000))"); \
-	 echo; echo "endpoint: http://127.0.0.1:$$port/v1"; \
-	 echo "try:  curl -s http://127.0.0.1:$$port/v1/chat/completions -H 'Content-Type: application/json' \\"; \
-	 echo "        -d '{\"model\":\"deepseek-chat\",\"messages\":[{\"role\":\"user\",\"content\":\"What is the capital of France?\"}]}'"; \
-	 echo "stop: make stop"
+# The developer's venv: the test and fleet tools too (pytest, jsonschema, import-linter, ansible-core, molecule).
+$(VENV)/.installed-dev: pyproject.toml
+	@echo "==> $(VENV): installing ds4-converge with its test and fleet tools"
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --disable-pip-version-check --quiet --upgrade pip
+	$(BIN)/pip install --disable-pip-version-check --quiet -e '.[test,fleet]'
+	touch $@ $(VENV)/.installed-run
 
-check: $(BIN)/ds4-converge
-	$(BIN)/ds4-converge $(SPEC) --check --diff
+$(BIN)/ds4-converge: $(VENV)/.installed-dev
+	touch $@
 
-status: $(BIN)/ds4-converge
-	$(BIN)/ds4-converge status $(SPEC)
+# ARGS go to the tool: make run ARGS='--set server.port=9000'. The tool itself prints the endpoint and a
+# curl line that asks for a model /v1/models lists.
+run: $(VENV)/.installed-run
+	$(BIN)/ds4-converge $(SPEC) $(ARGS)
+	@echo "status: make status    logs: $(BIN)/ds4-converge logs $(SPEC)    stop: make stop"
 
-stop: $(BIN)/ds4-converge
-	$(BIN)/ds4-converge stop $(SPEC)
+check: $(VENV)/.installed-run
+	$(BIN)/ds4-converge $(SPEC) --check --diff $(ARGS)
+
+# healthy (0), not healthy (1) and never converged (4) are answers, not errors of make
+status: $(VENV)/.installed-run
+	@$(BIN)/ds4-converge status $(SPEC) $(ARGS); rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 1 ] || [ $$rc -eq 4 ]
+
+stop: $(VENV)/.installed-run
+	$(BIN)/ds4-converge stop $(SPEC) $(ARGS)
 
 test: lint-imports
 	$(BIN)/python -m pytest -q
@@ -41,9 +54,9 @@ test-fast: lint-imports
 lint-imports: $(BIN)/ds4-converge
 	$(BIN)/lint-imports --no-cache
 
-schema: $(BIN)/ds4-converge
+schema: $(VENV)/.installed-run
 	$(BIN)/ds4-converge schema > spec/schema.json
 
 clean:
-	-$(BIN)/ds4-converge stop $(SPEC)
+	-$(BIN)/ds4-converge stop $(SPEC) $(ARGS)
 	rm -rf build
