@@ -5,6 +5,7 @@ Exit codes: 0 converged, 1 failed (a revert included), 2 invalid spec or usage, 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from ds4_converge.spec.hostpaths import UnknownVariable
 from ds4_converge.core.lock import LockHeld, RunLock
 from ds4_converge.spec.loader import SpecInvalid, load_spec, schema_json
 
-COMMANDS = ("validate", "schema", "status", "stop", "logs", "rollback", "facts", "init")
+COMMANDS = ("validate", "schema", "status", "stop", "logs", "rollback", "facts", "init", "bench", "tune")
 
 
 def _spec_args(parser: argparse.ArgumentParser) -> None:
@@ -52,7 +53,33 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("-n", "--lines", type=int, default=50)
     if command == "rollback":
         parser.add_argument("--json", action="store_true")
+    if command in ("bench", "tune"):
+        _perf_args(parser, command)
     return parser
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split(","))
+
+
+def _sizes(text: str) -> tuple:
+    return tuple(v if v == "ctx" else int(v) for v in text.split(","))
+
+
+def _perf_args(parser: argparse.ArgumentParser, command: str) -> None:
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--reps", type=int, default=3, help="rounds per case (median and spread over them)")
+    parser.add_argument("--gen-tokens", type=int, default=128, help="tokens per answer")
+    if command == "bench":
+        parser.add_argument("--prompt-tokens", type=_sizes, default=(512, 5500, "ctx"), metavar="N,N,ctx",
+                            help="prompt lengths; 'ctx': one near the context size (default 512,5500,ctx)")
+        parser.add_argument("--concurrency", type=int, default=4, metavar="N",
+                            help="also run the shortest prompt with N clients at once (1: not)")
+        parser.add_argument("--plot", type=Path, metavar="FILE", help="draw the results (.png or .svg)")
+    else:
+        parser.add_argument("--write", action="store_true", help="write the fastest setting into the spec file")
+        parser.add_argument("--power", type=_int_list, default=(), metavar="P,P",
+                            help="also try these server.power values (default: power as the spec says)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         return INVALID
     if command in ("status", "logs"):
         return globals()[f"_{command}"](ctx, args, out)  # read-only, and wanted most while a run goes on
-    if command in ("stop", "rollback") and not ctx.layout.root.exists():
+    if command in ("stop", "rollback", "bench") and not ctx.layout.root.exists():
         err.print(f"{ctx.layout.root} does not exist: this spec was never converged here", markup=False)
         return OK if command == "stop" else FAILED
     read_only = getattr(args, "check", False)
@@ -104,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         with lock.acquire():
             if command == "converge":
                 return _converge(ctx, args, out)
+            if command == "tune":
+                return _tune(loaded, args, out, err)
             return globals()[f"_{command}"](ctx, args, out)
     except LockHeld as exc:
         err.print(str(exc), markup=False)
@@ -120,6 +149,39 @@ def _converge(ctx: Context, args, out) -> int:
     else:
         report.print_outcome(outcome, out, check=args.check)
     return OK if outcome.ok else FAILED
+
+
+def _bench(ctx: Context, args, out) -> int:
+    from ds4_converge.cli import perf_report
+    from ds4_converge.health.bench import BenchError, BenchOptions, bench, history, latest_per_key
+    from ds4_converge.health.probe import NotReady, Unhealthy
+
+    options = BenchOptions(prompt_tokens=args.prompt_tokens, concurrency=args.concurrency, reps=args.reps,
+                           gen_tokens=args.gen_tokens)
+    try:
+        record = bench(ctx, options, say=ctx.say)
+    except (BenchError, NotReady, Unhealthy) as exc:
+        report.console(sys.stderr).print(f"bench: {ctx.endpoint}: {exc}", markup=False)
+        return FAILED
+    report.print_json(record) if args.json else perf_report.bench_table(record, out)
+    if args.plot:
+        try:
+            perf_report.plot(latest_per_key(history(ctx.layout.bench_results)), args.plot)
+        except perf_report.PlotUnavailable as exc:
+            report.console(sys.stderr).print(str(exc), markup=False)
+            return INVALID
+    return OK
+
+
+def _tune(loaded, args, out, err) -> int:
+    from ds4_converge.cli import perf_report
+    from ds4_converge.core.tune import TUNE_BENCH, tune
+
+    options = dataclasses.replace(TUNE_BENCH, reps=args.reps, gen_tokens=args.gen_tokens)
+    say = (lambda *_: None) if args.json else (lambda m: err.print(f"… {m}", markup=False))
+    document = tune(loaded, args.overrides, powers=args.power, write=args.write, options=options, say=say).to_json()
+    report.print_json(document) if args.json else perf_report.tune_table(document, out)
+    return OK if document["ok"] else FAILED
 
 
 def _status_document(ctx: Context) -> dict:
