@@ -10,7 +10,7 @@ SPEC   ?= spec/examples/sim.yaml
 $(BIN)/ds4-converge: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,fleet]'
+	$(BIN)/pip install --quiet -e '.[test,fleet,plot]'
 	touch $@
 
 run: $(BIN)/ds4-converge

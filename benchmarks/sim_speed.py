@@ -162,8 +162,10 @@ def report(found: dict, scale: float, reps: int) -> str:
              "### Fork batching (decode 28 tok/s alone)", "",
              f"One client: {_m(alone['decode_tps'], '{:.1f}')} tok/s. Twelve at once: "
              f"{_m(many['decode_tps'], '{:.1f}')} tok/s each, {_m(many['aggregate_tps'], '{:.1f}')} tok/s together "
-             "(the field: 28 alone, 59 with 12 concurrent; *together* counts the round's wall time, prefill "
-             "included).", "",
+             f"over the round's wall time, which includes twelve prefills one after the other; while all decode, "
+             f"{many['concurrency']} x {many['decode_tps']['median']:.1f} = "
+             f"{many['concurrency'] * many['decode_tps']['median']:.0f} tok/s (the field: 28 alone, 59 with 12 "
+             "concurrent).", "",
              "Client-side decode is a little below the profile (the simulator sleeps per token and Python adds its "
              "overhead); the fork's own `timings` agree with the client within a few percent. Tune converges every "
              "candidate through the probe (and the gate when set), benches it, ranks by one client's decode tok/s "

@@ -215,3 +215,39 @@ def test_a_missing_warm_up_file_is_refused_before_anything_changes(box, tmp_path
     assert rc == 1 and not document["reverted"]
     assert "health.warmup" in document["error"] and "nowhere.txt: no such file" in document["error"], document
     assert not (box.root / "state.json").exists()
+
+
+def test_bench_measures_the_running_engine_and_keeps_the_results(box, tmp_path):
+    box.spec["server"]["env"].update(FAST)
+    box.spec["server"]["ctx"] = 8192
+    box.write()
+    rc, converged = box.converge()
+    assert rc == 0, converged
+    proc = box.cli("bench", str(box.spec_path), "--json", "--prompt-tokens", "300,ctx", "--concurrency", "2",
+                   "--reps", "2", "--gen-tokens", "24")
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
+    assert record["release"] == converged["release"] and record["config"]["speculative"] == "off"
+    assert [c["case"] for c in record["cases"]] == ["300 x1", "7348 (near ctx) x1", "300 x2"]
+    for case in record["cases"]:
+        assert abs(case["prompt_tokens"] - case["prompt_tokens_target"]) < 0.1 * case["prompt_tokens_target"]
+        assert case["cached_tokens"] == 0, "every request has a fresh prefix: the KV cache must not flatter it"
+        assert case["completion_tokens"] == 24 and case["decode_tps"]["median"] > 0
+        assert case["engine"]["decode_tps"]["median"] > 0  # the fork's own timings
+    near_ctx, short = record["cases"][1], record["cases"][0]
+    assert near_ctx["ttft_s"]["median"] > 5 * short["ttft_s"]["median"]  # prefill grows with the prompt
+    assert record["stats"]["ctx"] == 8192
+    kept = (box.root / "bench" / "results.jsonl").read_text().splitlines()
+    assert json.loads(kept[-1])["key"] == f"{converged['release']} | speculative off, power 100"
+
+    plot = tmp_path / "bench.svg"
+    proc = box.cli("bench", str(box.spec_path), "--prompt-tokens", "300", "--concurrency", "1", "--reps", "1",
+                   "--gen-tokens", "8", "--plot", str(plot))
+    assert proc.returncode == 0, proc.stderr
+    assert "decode t/s" in proc.stdout and "300 x1" in proc.stdout
+    assert plot.read_text().lstrip().startswith("<?xml") and "<svg" in plot.read_text()
+
+
+def test_bench_needs_a_serving_engine(box):
+    proc = box.cli("bench", str(box.spec_path))
+    assert proc.returncode == 1 and "never converged here" in proc.stderr, proc.stderr
