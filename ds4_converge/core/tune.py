@@ -144,12 +144,15 @@ def tune(loaded: LoadedSpec, overrides: list[str], *, powers: tuple[int, ...] = 
     """Run with the run lock held (as a converge): every candidate, then back to the start or on to the winner."""
     report = TuneReport()
     good_before = list(make_context(loaded).state.good)
+    finished = False
     try:
         for candidate in candidates(loaded.spec, powers):
             report.trials.append(try_candidate(loaded, overrides, candidate, options, say))
+        finished = True
     finally:
+        # interrupted: back to the start, and no "winner" of half the candidates goes into the spec
         ranked = [t for t in report.ranked() if t.status == "ok"]
-        report.winner = ranked[0] if ranked else None
+        report.winner = ranked[0] if ranked and finished else None
         final = loaded
         if write and report.winner is not None and not report.winner.candidate.matches(loaded.spec):
             report.written = write_setting(loaded.path, report.winner.candidate)
