@@ -78,10 +78,12 @@ def from_connections(port: int) -> int:
 
 
 def in_flight(endpoint: str) -> tuple[int, str]:
+    # connections first: asking /metrics opens one more, which must not count itself
+    connections = from_connections(urlsplit(endpoint).port or 80)
     counted = from_metrics(endpoint)
     if counted is not None:
         return counted, "metrics"
-    return from_connections(urlsplit(endpoint).port or 80), "connections"
+    return connections, "connections"
 
 
 def wait_idle(endpoint: str, deadline_s: float, say=lambda _m: None, poll_s: float = POLL_S) -> Drained:
