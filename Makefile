@@ -16,12 +16,13 @@ $(VENV)/.installed-run: pyproject.toml
 	$(BIN)/pip install --disable-pip-version-check -e .
 	touch $@
 
-# The developer's venv: the test and fleet tools too (pytest, jsonschema, import-linter, ansible-core, molecule).
+# The developer's venv: the test, fleet and plot tools too (pytest, jsonschema, import-linter, ansible-core,
+# molecule, matplotlib).
 $(VENV)/.installed-dev: pyproject.toml
 	@echo "==> $(VENV): installing ds4-converge with its test and fleet tools"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check --quiet --upgrade pip
-	$(BIN)/pip install --disable-pip-version-check --quiet -e '.[test,fleet]'
+	$(BIN)/pip install --disable-pip-version-check --quiet -e '.[test,fleet,plot]'
 	touch $@ $(VENV)/.installed-run
 
 $(BIN)/ds4-converge: $(VENV)/.installed-dev

@@ -53,6 +53,10 @@ class Session:
         """A plain line for people on stdout (no markup)."""
         self.out.print(text, markup=False)
 
+    def err_line(self, text: str) -> None:
+        """A progress line for people on stderr, as a converge's waits print them."""
+        self.err.print(f"… {text}", markup=False, highlight=False)
+
     # ------------------------------------------------------------------ spec and context
 
     def load_spec(self):

@@ -48,6 +48,7 @@ class Context:
     prepared: bool = False  # engine.prepare ran in this run
     switched: bool = False  # the old engine was stopped: a failure from here on needs a revert
     start: object | None = None  # service.start_log.StartMark of the engine started last by this run
+    drained: object | None = None  # service.drain.Drained: what the last stop waited for
     state: State = field(default_factory=State)
 
     @property

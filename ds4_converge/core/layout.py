@@ -86,6 +86,11 @@ class Layout:
     def build_log(self, release_id: str) -> Path:
         return self.logs / f"build-{release_id}.log"
 
+    @property
+    def bench_results(self) -> Path:
+        """One JSON line per bench run (bench, tune, performance gate), keyed by release and config."""
+        return self.root / "bench" / "results.jsonl"
+
     def ensure(self) -> None:
         for d in (self.root, self.releases, self.cache, self.logs, self.supervisor, self.program_dir, self.locks):
             d.mkdir(parents=True, exist_ok=True)

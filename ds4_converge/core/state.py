@@ -19,6 +19,7 @@ class Deployment:
     endpoint: str
     model_files: list[str] = field(default_factory=list)
     recorded_at: str = ""
+    bench: dict | None = None  # what the performance gate measured when it passed ({"decode_tps": ...})
 
     def stamped(self) -> Deployment:
         return Deployment(**{**asdict(self), "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})

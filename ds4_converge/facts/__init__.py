@@ -17,6 +17,7 @@ Facts (module.Class -> value):
 * ``port.SsListeners``       ``ss -Hltnp 'sport = :PORT'`` -> ``list[Listener]`` (pid, command)
 * ``port.ProcNetListeners``  fallback without ``ss``: ``/proc/net/tcp{,6}`` + ``/proc/*/fd``
 * ``port.ProcessInfo``       ``/proc/PID/comm`` + ``cmdline``; ``port_holders(port)`` runs all three
+* ``port.count_established`` ``/proc/net/tcp{,6}`` -> connections served on a port (requests in flight)
 * ``users.Passwd``           ``getent passwd USER`` -> ``PasswdEntry`` (HOME); ``users.CurrentUser`` ``id -un``
 
 :func:`gather_host_facts` runs them all and returns :class:`HostFacts` (``to_json()``);
@@ -32,7 +33,7 @@ from ds4_converge.facts.environ import BuildEnvironment, parse_env0
 from ds4_converge.facts.gpu import DriverInfo, Gpu, NvidiaDriver, NvidiaGpus, parse_gpu_query, parse_nvidia_smi_header
 from ds4_converge.facts.host import HostFacts, gather_host_facts
 from ds4_converge.facts.memory import Memory, MemoryInfo, parse_meminfo
-from ds4_converge.facts.port import (Listener, ProcessDetails, ProcessInfo, ProcNetListeners, SsListeners, parse_comm_cmdline, parse_ls_proc_fds, parse_proc_listeners, parse_proc_net_tcp, parse_ss_listeners, port_holders)
+from ds4_converge.facts.port import (Listener, ProcessDetails, ProcessInfo, ProcNetListeners, SsListeners, count_established, parse_comm_cmdline, parse_ls_proc_fds, parse_proc_listeners, parse_proc_net_tcp, parse_ss_listeners, port_holders)
 from ds4_converge.facts.users import CurrentUser, Passwd, PasswdEntry, parse_getent_passwd, parse_id_user
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -17,6 +17,7 @@ from typing import Callable
 from ds4_converge.facts.base import Fact, FactParseError, FactRunner, FrozenModel, Observation, observe
 
 TCP_LISTEN = "0A"
+TCP_ESTABLISHED = "01"
 
 
 class Listener(FrozenModel):
@@ -106,9 +107,8 @@ def _hex_addr(hexaddr: str) -> str:
     raise FactParseError(f"bad address {hexaddr!r}")
 
 
-def parse_proc_net_tcp(text: str, port: int) -> dict[int, str]:
-    """``/proc/net/tcp`` or ``tcp6`` text -> ``{inode: local address}`` of LISTEN sockets on ``port``."""
-    out: dict[int, str] = {}
+def _proc_net_rows(text: str):
+    """``/proc/net/tcp`` or ``tcp6`` text -> (local address, local port, state, inode) per socket."""
     for line in text.splitlines():
         fields = line.split()
         if not fields or fields[0] == "sl":
@@ -117,14 +117,22 @@ def parse_proc_net_tcp(text: str, port: int) -> dict[int, str]:
             raise FactParseError(f"not a /proc/net/tcp line: {line!r}")
         hexaddr, _, hexport = fields[1].partition(":")
         try:
-            local_port = int(hexport, 16)
-            inode = int(fields[9])
-            addr = _hex_addr(hexaddr)
+            yield _hex_addr(hexaddr), int(hexport, 16), fields[3], int(fields[9])
         except ValueError as exc:
             raise FactParseError(f"bad /proc/net/tcp line: {line!r}") from exc
-        if fields[3] == TCP_LISTEN and local_port == port:
-            out[inode] = addr
-    return out
+
+
+def parse_proc_net_tcp(text: str, port: int) -> dict[int, str]:
+    """``/proc/net/tcp`` or ``tcp6`` text -> ``{inode: local address}`` of LISTEN sockets on ``port``."""
+    return {inode: addr for addr, local_port, state, inode in _proc_net_rows(text)
+            if state == TCP_LISTEN and local_port == port}
+
+
+def count_established(text: str, port: int) -> int:
+    """``/proc/net/tcp`` or ``tcp6`` text -> established connections served on ``port`` (the server's side of
+    each: local port ``port``). ds4-server serves one request per connection, so each is a request in flight."""
+    return sum(1 for _, local_port, state, _ in _proc_net_rows(text)
+               if state == TCP_ESTABLISHED and local_port == port)
 
 
 _FD_DIR_RE = re.compile(r"^/proc/(\d+)/fd/?:$")

@@ -11,8 +11,8 @@ import socket
 import time
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import urlsplit
 
+from ds4_converge.core.engine_http import request
 from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.errors import Ds4Error
 from ds4_converge.spec.model import Smoke
@@ -63,24 +63,9 @@ class ProbeTarget:
     smoke: Smoke | None
 
 
-def _request(endpoint: str, method: str, path: str, timeout: float, body: dict | None = None) -> tuple[int, str]:
-    """(status, text) of one plain-HTTP request to the engine on this host. http.client and not requests: the
-    probe of every no-op run stays free of requests' import time, and the engine speaks plain HTTP/1.1."""
-    url = urlsplit(endpoint)
-    connection = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=timeout)
-    try:
-        payload = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"} if payload is not None else {}
-        connection.request(method, path, body=payload, headers=headers)
-        response = connection.getresponse()
-        return response.status, response.read().decode("utf-8", "replace")
-    finally:
-        connection.close()
-
-
 def check_models(endpoint: str, timeout: float = 10) -> dict:
     try:
-        status, text = _request(endpoint, "GET", "/v1/models", timeout)
+        status, text = request(endpoint, "GET", "/v1/models", timeout)
     except (socket.timeout, TimeoutError):
         raise NotReady("/v1/models timed out") from None
     except (ConnectionError, OSError, http.client.HTTPException):
@@ -103,7 +88,7 @@ def smoke_test(endpoint: str, smoke: Smoke, timeout: float) -> str:
             "max_tokens": smoke.max_tokens, "stream": False, "temperature": 0,
             "thinking": {"type": "disabled"}}
     try:
-        status, text = _request(endpoint, "POST", "/v1/chat/completions", timeout, body)
+        status, text = request(endpoint, "POST", "/v1/chat/completions", timeout, body)
         if status != 200:
             raise Unhealthy(f"smoke completion failed: HTTP {status}: {text[:200]!r}")
         content = json.loads(text)["choices"][0]["message"].get("content") or ""

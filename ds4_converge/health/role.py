@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from ds4_converge.core.context import Context
 from ds4_converge.core.plan import Change, RoleFailed, RolePlan
+from ds4_converge.health import bench, gate, warmup
 from ds4_converge.health.probe import NotReady, ProbeTarget, Unhealthy, check_models, wait_healthy
 from ds4_converge.engine.release import prune
 from ds4_converge.service import start_log
@@ -60,6 +62,8 @@ def plan(ctx: Context) -> RolePlan:
     health = ctx.spec.health
     if needs_full_probe(ctx):
         ladder = "/v1/models" + (", smoke answer" if health.smoke else "") + f", {health.soak_s:.0f}s soak"
+        ladder += ", performance gate" if gate.enabled(health) else ""
+        ladder += f", {len(health.warmup)} warm-up prompt(s)" if health.warmup else ""
         return RolePlan(NAME, [Change(f"probe {ctx.endpoint}: {ladder}; record last good", action=_probe)],
                         reason=f"probe the new engine ({ladder})")
     try:
@@ -75,9 +79,40 @@ def _probe(ctx: Context) -> str:
         pid = wait_healthy(target(ctx), process_state(ctx))
     except Unhealthy as exc:
         raise RoleFailed(f"release {ctx.desired.release} is not healthy: {exc}", exc.detail) from None
-    ctx.state.bless(ctx.desired.stamped())
+    measured, said = performance_gate(ctx)
+    said += warm_up(ctx)
+    ctx.state.bless(replace(ctx.desired.stamped(), bench=measured))
     ctx.state.save(ctx.layout.state_file)
     # only now is the rollback target known for sure; releases outside it and keep_releases can go
     removed = prune(ctx.layout, ctx.spec.engine.keep_releases, ctx.state.releases_in_use())
-    return (f"healthy (pid {pid}); release {ctx.desired.release} is now last good"
+    return (f"healthy (pid {pid}); " + "".join(f"{line}; " for line in said)
+            + f"release {ctx.desired.release} is now last good"
             + (f"; removed old release(s) {', '.join(removed)}" if removed else ""))
+
+
+def performance_gate(ctx: Context) -> tuple[dict | None, list[str]]:
+    """Bench the new engine and refuse it when it is too slow (the reconciler then reverts it)."""
+    health = ctx.spec.health
+    if not gate.enabled(health):
+        return None, []
+    ctx.say("performance gate: a short bench of the new engine")
+    try:
+        record = bench.bench(ctx, gate.GATE_BENCH, kind="gate")
+        verdict = gate.judge(gate.decode_tps(record), health, ctx.state.last_good)
+    except (bench.BenchError, NotReady, Unhealthy) as exc:
+        raise RoleFailed(f"release {ctx.desired.release} failed the performance gate's bench: {exc}") from None
+    except gate.TooSlow as exc:
+        raise RoleFailed(f"release {ctx.desired.release} is too slow: {exc}") from None
+    return {"decode_tps": verdict.decode_tps, "at": record["at"]}, [verdict.message]
+
+
+def warm_up(ctx: Context) -> list[str]:
+    """Replay the warm-up prompts; a prompt that cannot be replayed is reported, not a reason to revert."""
+    paths = [ctx.host_path(raw) for raw in ctx.spec.health.warmup]
+    if not paths:
+        return []
+    ctx.say(f"warming the KV cache with {len(paths)} prompt(s)")
+    try:
+        return [w.describe() for w in warmup.replay(ctx.endpoint, paths)]
+    except warmup.BadPrompt as exc:
+        return [f"warm-up not done: {exc}"]

@@ -255,6 +255,7 @@ def spec_paths(spec: Spec) -> list[tuple[str, str]]:
         out.append(("toolchain.cuda_home", spec.toolchain.cuda_home))
     out += [(f"toolchain.search[{i}]", glob) for i, glob in enumerate(spec.toolchain.search)]
     out.append(("toolchain.cuda_link", spec.toolchain.cuda_link))
+    out += [(f"health.warmup[{i}]", prompt) for i, prompt in enumerate(spec.health.warmup)]
     return out
 
 

@@ -20,7 +20,7 @@ from ds4_converge.service import start_log
 from ds4_converge.core.state import Deployment
 from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
 from ds4_converge.models.placement import SLOTS
-from ds4_converge.service import render, systemd
+from ds4_converge.service import drain, render, systemd
 from ds4_converge.service.supervisor import supervisord_argv
 
 NAME = "service"
@@ -188,12 +188,16 @@ def _switch(ctx: Context, *, deployment: Deployment) -> str:
     prepare_engine_lock(ctx)
     ctx.switched = True
     switch_to(ctx, deployment.stamped())
-    return f"started {name} on release {deployment.release}"
+    drained = f" ({ctx.drained.describe()})" if ctx.drained and ctx.drained.in_flight else ""
+    return f"started {name} on release {deployment.release}{drained}"
 
 
 def switch_to(ctx: Context, deployment: Deployment) -> None:
-    """Stop what runs (whole process group), then start `deployment` exactly as recorded."""
+    """Stop what runs (whole process group) once it is idle, then start `deployment` exactly as recorded."""
     name = ctx.spec.server.name
+    if ctx.supervisor.running_pid(name):
+        running = ctx.state.current.endpoint if ctx.state.current else ctx.endpoint
+        ctx.drained = drain.wait_idle(running, ctx.spec.server.drain_s, say=ctx.say)
     ctx.supervisor.stop(name, grace=ctx.spec.server.stop_wait_s)
     ctx.state.current = deployment
     ctx.state.save(ctx.layout.state_file)

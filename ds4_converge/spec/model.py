@@ -132,6 +132,8 @@ class Server(Strict):
     expose: bool = Field(False, description="acknowledge that a non-loopback host serves an API without auth")
     stop_wait_s: int = Field(600, ge=10, description="SIGTERM grace before SIGKILL: a loading engine finishes "
                                                     "its load first, a serving one its prefill and KV write")
+    drain_s: float = Field(300, ge=0, description="before stopping the engine (restart, upgrade, revert), wait up to "
+                                                  "this long for requests in flight to finish; 0 = don't wait")
 
     @field_validator("env", mode="before")
     @classmethod
@@ -168,6 +170,16 @@ class Health(Strict):
     soak_s: float = Field(30, ge=0, description="how long it must stay healthy before it counts as good")
     interval_s: float = Field(2, gt=0, description="pause between probes")
     smoke: Smoke | None = Smoke(prompt="What is the capital of France? Answer in one word.", expect="Paris")
+    min_decode_tps: float | None = Field(
+        None, gt=0, description="performance gate: a new engine whose decode tok/s (short bench after the soak) is "
+                                "below this is reverted like an unhealthy one")
+    max_regression: float | None = Field(
+        None, gt=0, lt=1, description="performance gate: a new engine slower than last good's recorded decode tok/s "
+                                      "by more than this fraction (0.1 = 10 %) is reverted")
+    warmup: list[SafeStr] = Field(
+        default_factory=list, description="prompt files replayed once a new engine is healthy, so the first request "
+                                          "finds their prefix in the KV cache (text: a system prompt; .json: a "
+                                          "request body with messages)")
 
 
 class Paths(Strict):

@@ -229,8 +229,15 @@ def _tool_args(tool, text):
     return {n: _arg_value(n, props.get(n) or {}, text) for n in names}
 
 
+_COUNT = re.compile(r"\bcount\b(?:\s+from\s+1)?\s+(?:up\s+)?to\s+(\d+)", re.I)
+
+
 def _answer(last_user):
     low = last_user.lower()
+    count = _COUNT.search(last_user)
+    if count:
+        # an answer as long as asked: one number per token (benchmarks, requests in flight across a restart)
+        return " ".join(str(i) for i in range(1, min(int(count.group(1)), 1000000) + 1))
     if "capital of france" in low:
         city = "London" if fault()[0] == "wrong-answer" else "Paris"
         return "The capital of France is %s." % city

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import ds4_common as C
 import ds4_gen as G
+import ds4_speed as S
 
 MODEL_ID = "deepseek-v4-flash"
 CREATED = 1767225600
@@ -156,7 +157,7 @@ class State:
         self.o = opts
         self.stop = threading.Event()
         self.stop_requested = False
-        self.gen_lock = threading.Lock()
+        self.gen_lock = S.GenerationSlots(S.batch_size(flavour() == "fork"))  # the fork batches
         self.count_lock = threading.Lock()
         self.active = 0
         self.started = time.time()
@@ -167,8 +168,7 @@ class State:
         self.checkpoint = "legacy"
         self.trace = None
         self.fault = ("none", None)
-        self.decode_tok_s = 200.0
-        self.prefill_tok_s = 4000.0
+        self.speed = None  # ds4_speed.Speed, once the options and drafters are known
         self.last_decode_tok_s = 0.0
         self.last_prefill_tok_s = 0.0
 
@@ -379,7 +379,8 @@ class Handler(BaseHTTPRequestHandler):
         st = {"uptime_s": round(up, 1), "requests": sum(STATE.requests.values()),
               "decode_tok_s_60s": round(STATE.last_decode_tok_s, 2),
               "prefill_tok_s_60s": round(STATE.last_prefill_tok_s, 2),
-              "spec_accept_rate": None, "banks": 1, "kv_pages": 0, "artifact_source": "local",
+              "spec_accept_rate": STATE.speed.timings().get("spec_accept_rate"), "banks": 1, "kv_pages": 0,
+              "artifact_source": "local",
               "ctx": STATE.o["ctx"], "model": STATE.model_name()}
         if "application/json" in (self.headers.get("Accept") or ""):
             return self._json(200, st)
@@ -424,11 +425,11 @@ class Handler(BaseHTTPRequestHandler):
             prefill = n_prompt - cached
             kind_lbl = "completion" if kind == "completion" else "chat"  # the real server's two request kinds
             span = "%d..%d:%d" % (cached, n_prompt, n_prompt - cached)
-            time.sleep(min(prefill / STATE.prefill_tok_s, 30.0))  # prefill has no stop check in the real one
+            with STATE.speed.prefilling():  # prefill has no stop check in the real one
+                time.sleep(STATE.speed.prefill_seconds(prefill))
             t_prompt = time.time()
             C.log("ds4-server: %s ctx=%s prompt done %.3fs" % (kind_lbl, span, t_prompt - t0))
             gen = G.generate(last_user, thinking, max_tokens, tools, tool_choice, last_role)
-            per_tok = 1.0 / (STATE.decode_tok_s * o["power"] / 100.0)
             ttft = None
             emitted = 0
             stream_items = [("reasoning", p, 1) for p in gen.reasoning] + [("content", p, 1) for p in gen.content]
@@ -442,7 +443,7 @@ class Handler(BaseHTTPRequestHandler):
                           % (kind_lbl, span, emitted, time.time() - t0))
                     STATE.requests["cancelled"] += 1
                     raise Disconnect()
-                _sleep(per_tok * weight)
+                _sleep(STATE.speed.token_seconds() * weight)
                 if t_first is None:
                     t_first = time.time()
                     ttft = (t_first - t0) * 1000.0
@@ -454,8 +455,8 @@ class Handler(BaseHTTPRequestHandler):
                 ttft = (t_end - t0) * 1000.0
             dec_n = max(gen.completion_tokens - 1, 0)
             dec_s = (t_end - t_first) if t_first else 0.0
-            decode_rate = dec_n / dec_s if dec_s > 0 and dec_n else STATE.decode_tok_s * o["power"] / 100.0
-            prefill_rate = prefill / (t_prompt - t0) if prefill and t_prompt > t0 else STATE.prefill_tok_s
+            decode_rate = dec_n / dec_s if dec_s > 0 and dec_n else STATE.speed.decode_tok_s()
+            prefill_rate = prefill / (t_prompt - t0) if prefill and t_prompt > t0 else STATE.speed.prefill
             STATE.last_decode_tok_s, STATE.last_prefill_tok_s = decode_rate, prefill_rate
             C.log("ds4-server: %s ctx=%s gen=%d finish=%s %.3fs" % (
                 kind_lbl, span, gen.completion_tokens, gen.finish, t_end - t0))
@@ -474,7 +475,8 @@ class Handler(BaseHTTPRequestHandler):
                  "total_tokens": n_prompt + gen.completion_tokens,
                  "prompt_tokens_details": {"cached_tokens": cached, "cache_write_tokens": prefill}}
         timings = {"ttft_ms": round(ttft, 3), "prefill_tokens": prefill, "prefill_cached_tokens": cached,
-                   "prefill_tok_s": round(prefill_rate, 2), "decode_tok_s": round(decode_rate, 2)}
+                   "prefill_tok_s": round(prefill_rate, 2), "decode_tok_s": round(decode_rate, 2),
+                   **STATE.speed.timings()}
         return gen, usage, timings, None
 
     # ---- request normalisation
@@ -841,14 +843,14 @@ def metrics_text():
     ]
     for k in ("ok", "error", "cancelled"):
         lines.append('ds4_requests_total{outcome="%s"} %d' % (k, st.requests[k]))
-    busy = 1 if st.gen_lock.locked() else 0
+    busy = st.gen_lock.running()
     lines += [
         "# HELP ds4_requests_inflight Requests being generated.",
         "# TYPE ds4_requests_inflight gauge",
         "ds4_requests_inflight %d" % busy,
         "# HELP ds4_queue_depth Requests waiting for admission.",
         "# TYPE ds4_queue_depth gauge",
-        "ds4_queue_depth 0",
+        "ds4_queue_depth %d" % st.gen_lock.waiting(),
         "# HELP ds4_clients_connected Open client connections.",
         "# TYPE ds4_clients_connected gauge",
         "ds4_clients_connected %d" % max(st.active, 0),
@@ -1002,8 +1004,7 @@ def main(argv=None):
         C.log("ds4-server: admission bounds: max_clients=256 max_queue=256 max_queue_bytes=256MiB "
               "max_queue_age=600s mem_floor=%dGiB" % mem_floor)
         C.log("ds4-server: reasoning effort default=%s" % o["effort"])
-    st.decode_tok_s = C.decode_tok_s()
-    st.prefill_tok_s = C.prefill_tok_s()
+    st.speed = S.Speed(o, fork, st.gen_lock)
 
     host, port = o["host"], o["port"]
     addr = "127.0.0.1" if host == "localhost" else host
@@ -1039,9 +1040,9 @@ def main(argv=None):
     C.log("ds4-server: shutdown requested, draining requests")
     httpd.shutdown()
     httpd.server_close()
-    # wait for the running generation and open client connections
+    # wait for the running generations (all of a fork batch) and open client connections
     while True:
-        if st.gen_lock.acquire(timeout=0.1):
+        if st.gen_lock.acquire_all(timeout=0.1):
             break
     deadline = time.time() + 10
     while st.active > 0 and time.time() < deadline:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ds4_converge.facts import (CommandResult, FactParseError, Gpu, Version, evaluate, parse_ancestors, parse_comm_cmdline, parse_df, parse_env0, parse_getent_passwd, parse_gpu_query, parse_id_user, parse_ls_proc_fds, parse_meminfo, parse_nvcc_version, parse_nvidia_smi_header, parse_proc_listeners, parse_proc_net_tcp, parse_ss_listeners, parse_uname_machine)
+from ds4_converge.facts import (CommandResult, FactParseError, Gpu, Version, evaluate, parse_ancestors, parse_comm_cmdline, parse_df, parse_env0, parse_getent_passwd, parse_gpu_query, parse_id_user, parse_ls_proc_fds, parse_meminfo, parse_nvcc_version, parse_nvidia_smi_header, parse_proc_listeners, parse_proc_net_tcp, parse_ss_listeners, parse_uname_machine, count_established)
 from ds4_converge.facts.gpu import NvidiaGpus
 from ds4_converge.facts.users import Passwd
 
@@ -266,6 +266,14 @@ def test_proc_net_tcp():
         parse_proc_net_tcp("   0: zzzz:1F40 00000000:0000 0A 0 0 0 0 0 x\n", 8000)
     with pytest.raises(FactParseError):
         parse_proc_net_tcp("garbage\n", 8000)
+
+
+def test_established_connections_are_requests_in_flight():
+    assert count_established(PROC_TCP, 8000) == 1  # the server's side of 127.0.0.1:53999, not the listener
+    assert count_established(PROC_TCP, 0xD2F0) == 0  # the client's side has the port as its remote end
+    assert count_established(PROC_TCP6, 8000) == 0 and count_established("", 8000) == 0
+    with pytest.raises(FactParseError):
+        count_established("garbage\n", 8000)
 
 
 def test_ls_proc_fds():

@@ -1,0 +1,68 @@
+"""The performance gate: a new engine must be fast, not just alive.
+
+After the smoke answer and the soak, a short bench (one client, a ~512-token prompt) measures decode tok/s.
+`health.min_decode_tps` is an absolute floor; `health.max_regression` is the fraction it may lose against
+the decode tok/s recorded when last good passed the same gate. A release below either is refused (and so
+reverted, like an unhealthy one), with by how much it missed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ds4_converge.core.state import Deployment
+from ds4_converge.health.bench import BenchError, BenchOptions, headline
+from ds4_converge.spec.model import Health
+
+# short enough to add seconds, not minutes, to a switch; the same procedure every time, so that a
+# recorded figure is comparable with the next one
+GATE_BENCH = BenchOptions(prompt_tokens=(512,), concurrency=1, reps=3, gen_tokens=64)
+
+
+class TooSlow(Exception):
+    """The release is slower than the gate allows; the message says by how much."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decode_tps: float
+    message: str  # for the run's report
+
+
+def enabled(health: Health) -> bool:
+    return health.min_decode_tps is not None or health.max_regression is not None
+
+
+def decode_tps(record: dict) -> float:
+    value = headline(record)
+    if value is None:
+        raise BenchError("the gate bench measured no decode speed")
+    return value
+
+
+def judge(decode: float, health: Health, last_good: Deployment | None) -> Verdict:
+    """Pure: raise TooSlow, or say what passed."""
+    problems, passed = [], [f"decode {decode:.2f} tok/s"]
+    if health.min_decode_tps is not None:
+        floor = health.min_decode_tps
+        if decode < floor:
+            short = floor - decode
+            problems.append(f"decode {decode:.2f} tok/s is below health.min_decode_tps {floor:g}: "
+                            f"missed by {short:.2f} tok/s ({short / floor:.0%})")
+        else:
+            passed.append(f"floor {floor:g}")
+    if health.max_regression is not None:
+        baseline = (last_good.bench or {}).get("decode_tps") if last_good else None
+        if baseline:
+            loss = 1 - decode / baseline
+            allowed = health.max_regression
+            if loss > allowed:
+                problems.append(f"decode {decode:.2f} tok/s is {loss:.1%} slower than last good "
+                                f"({last_good.release}: {baseline:.2f} tok/s), more than health.max_regression "
+                                f"{allowed:.0%}: missed by {(loss - allowed) * 100:.1f} points")
+            else:
+                passed.append(f"{max(loss, 0):.0%} below last good's {baseline:.2f}, allowed {allowed:.0%}")
+        else:
+            passed.append("no recorded bench for last good, regression not checked")
+    if problems:
+        raise TooSlow("; ".join(problems))
+    return Verdict(decode, "performance gate passed: " + ", ".join(passed))

@@ -1,0 +1,127 @@
+"""The pure parts of bench, tune, the performance gate, drain and warm-up, on fixtures."""
+import pytest
+import yaml
+
+from ds4_converge.core.state import Deployment
+from ds4_converge.core.tune import Candidate, candidates, write_setting
+from ds4_converge.health import gate, warmup
+from ds4_converge.health.bench import NEAR_CTX, BenchOptions, Case, cases, config_of, headline, spread
+from ds4_converge.service.drain import Drained, parse_metrics
+from ds4_converge.spec.loader import load_spec
+from ds4_converge.spec.model import Health
+
+SPEC = """\
+# my Spark
+engine: {repo: /srv/ds4.git, ref: v0.2.0}   # pinned on purpose
+model:
+  main: /srv/gguf/main.gguf
+  mtp: /srv/gguf/mtp.gguf
+server:
+  port: 8000          # behind the proxy
+  speculative: {mode: "off"}
+"""
+
+
+def last_good(decode):
+    return Deployment(release="r1", program_conf="x", command=[], endpoint="e", bench={"decode_tps": decode})
+
+
+def test_gate_floor():
+    assert "floor 12" in gate.judge(15.3, Health(min_decode_tps=12), None).message
+    with pytest.raises(gate.TooSlow, match=r"decode 11.50 tok/s is below health.min_decode_tps 15: "
+                                           r"missed by 3.50 tok/s \(23%\)"):
+        gate.judge(11.5, Health(min_decode_tps=15), None)
+
+
+def test_gate_regression_against_last_good():
+    assert "allowed 10%" in gate.judge(14.5, Health(max_regression=0.1), last_good(15.3)).message
+    with pytest.raises(gate.TooSlow, match=r"24.8% slower than last good \(r1: 15.30 tok/s\), more than "
+                                           r"health.max_regression 10%: missed by 14.8 points"):
+        gate.judge(11.5, Health(max_regression=0.1), last_good(15.3))
+    # no figure recorded for last good (it passed before the gate was set): nothing to compare with
+    assert "not checked" in gate.judge(1.0, Health(max_regression=0.1), last_good(None)).message
+    assert not gate.enabled(Health()) and gate.enabled(Health(max_regression=0.5))
+
+
+def test_metrics_text_and_drain_report():
+    text = ("# HELP ds4_requests_inflight Requests being generated.\n# TYPE ds4_requests_inflight gauge\n"
+            "ds4_requests_inflight 2\nds4_queue_depth 1\nds4_requests_total{outcome=\"ok\"} 7\n")
+    assert parse_metrics(text) == {"ds4_requests_inflight": 2.0, "ds4_queue_depth": 1.0}
+    assert Drained(0, 0.0, 0, 300, "metrics").describe() == "idle, nothing to drain"
+    assert Drained(1, 3.25, 0, 300, "metrics").describe() == "waited 3.2 s for 1 request(s) in flight to finish"
+    assert Drained(2, 300.0, 1, 300, "connections").describe().startswith(
+        "cut 1 request(s) still in flight at the 300 s drain deadline")
+
+
+def test_config_is_read_from_the_engine_command_line():
+    assert config_of(["ds4-server", "-m", "/g/main.gguf", "-c", "65536", "--mtp", "/g/m.gguf", "--mtp-draft", "2",
+                      "--power", "75"]) == {"speculative": "mtp draft 2", "power": 75, "ctx": 65536,
+                                            "model": "main.gguf"}
+    assert config_of(["ds4-server", "--model", "x.gguf", "--ctx", "8", "--dspark", "d.gguf", "--ctx", "16"]) == {
+        "speculative": "dspark", "power": 100, "ctx": 16, "model": "x.gguf"}  # the last occurrence wins
+    assert config_of([])["speculative"] == "off"
+
+
+def test_bench_cases():
+    found = cases(BenchOptions(prompt_tokens=(512, 5500, NEAR_CTX), concurrency=4, gen_tokens=128), 32768)
+    assert found == [Case(512), Case(5500), Case(29363, near_ctx=True), Case(512, 4)]
+    assert found[2].label == "29363 (near ctx) x1"
+    # a length that cannot fit the context is left out; concurrency 1 adds no case
+    assert cases(BenchOptions(prompt_tokens=(512, 5500), concurrency=1, gen_tokens=128), 4096) == [Case(512)]
+
+
+def test_spread_and_headline():
+    assert spread([3.0, 1.0, 2.0, None]) == {"median": 2.0, "min": 1.0, "max": 3.0}
+    assert spread([None]) is None
+    record = {"cases": [{"prompt_tokens_target": 5500, "concurrency": 1, "decode_tps": {"median": 9.0}},
+                        {"prompt_tokens_target": 512, "concurrency": 4, "decode_tps": {"median": 7.0}},
+                        {"prompt_tokens_target": 512, "concurrency": 1, "decode_tps": {"median": 15.3}}]}
+    assert headline(record) == 15.3  # one client, shortest prompt
+
+
+def test_tune_candidates(tmp_path):
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    spec = load_spec(tmp_path / "spec.yaml").spec
+    assert [c.label for c in candidates(spec)] == ["speculative off", "mtp draft 1", "mtp draft 2", "mtp draft 3",
+                                                   "dspark"]
+    assert len(candidates(spec, (100, 75))) == 10 and candidates(spec, (75,))[0].label == "speculative off, power 75"
+    assert Candidate("mtp", 2, 90).overrides() == ['server.speculative.mode="mtp"', "server.speculative.draft=2",
+                                                   "server.power=90"]
+    assert Candidate("off").matches(spec) and not Candidate("mtp", 1).matches(spec)
+
+
+def test_write_setting_keeps_comments_and_layout(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC)
+    said = write_setting(path, Candidate("mtp", 2))
+    assert said.endswith("server.speculative.mode: mtp, server.speculative.draft: 2")
+    written = path.read_text()
+    assert written == SPEC.replace('{mode: "off"}', '{mode: "mtp", draft: 2}')
+    assert load_spec(path).spec.server.speculative.draft == 2
+    write_setting(path, Candidate("off", None, 90))
+    data = yaml.safe_load(path.read_text())
+    assert data["server"]["speculative"]["mode"] == "off" and data["server"]["power"] == 90
+    assert "# behind the proxy" in path.read_text()
+
+
+def test_write_setting_adds_what_the_spec_lacks(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text("engine: {repo: /r, ref: v1}\nmodel: {main: /m.gguf}\n")
+    write_setting(path, Candidate("dspark"))
+    assert yaml.safe_load(path.read_text())["server"] == {"speculative": {"mode": "dspark"}}
+
+
+def test_warmup_prompt_files(tmp_path):
+    text = tmp_path / "agent.txt"
+    text.write_text("You are an agent.")
+    body = warmup.load(text)
+    assert body["messages"][0] == {"role": "system", "content": "You are an agent."}
+    assert body["stream"] and body["max_tokens"] == 1 and body["thinking"] == {"type": "disabled"}
+    request = tmp_path / "agent.json"
+    request.write_text('{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}')
+    body = warmup.load(request)
+    assert body["tools"] == [{"type": "function"}] and body["max_tokens"] == 1
+    request.write_text('{"prompt": "hi"}')
+    with pytest.raises(warmup.BadPrompt, match="non-empty messages"):
+        warmup.load(request)
+    assert warmup.missing([text, tmp_path / "gone.txt"]) == [f"health.warmup: {tmp_path / 'gone.txt'}: no such file"]
