@@ -1,5 +1,4 @@
 """Converge one box for real: from scratch, no-op, changes, upgrades, check mode, locks."""
-import json
 from pathlib import Path
 import subprocess
 import sys
@@ -7,7 +6,7 @@ import time
 
 import requests
 
-from boxes import REPO, engine_pids
+from boxes import REPO, engine_pids, report_document
 
 
 def test_converge_from_scratch_then_noop(box):
@@ -79,7 +78,7 @@ def test_check_mode_changes_nothing(box):
 
 def test_check_mode_on_a_fresh_box_creates_nothing(box):
     proc = box.cli(str(box.spec_path), "--check", "--json")
-    document = json.loads(proc.stdout)
+    document = report_document(proc)
     assert proc.returncode == 0 and document["changed"], document
     assert not box.root.exists()
 
@@ -115,7 +114,7 @@ def test_rollback_goes_back_to_the_previous_good_release(box):
     rc, new = box.converge()
     assert rc == 0
     proc = box.cli("rollback", str(box.spec_path), "--json")
-    document = json.loads(proc.stdout)
+    document = report_document(proc)
     assert proc.returncode == 0 and document["release"] == old["release"], document
     status = box.status()
     assert status["healthy"] and status["release"] == old["release"] == status["last_good"]
@@ -150,7 +149,7 @@ def test_renaming_the_program_replaces_the_old_one(box):
     rc, document = box.converge("--set", "server.name=ds4b")
     assert rc == 0, document
     assert not (box.root / "supervisor/programs/ds4.conf").exists()
-    status = json.loads(box.cli("status", str(box.spec_path), "--set", "server.name=ds4b", "--json").stdout)
+    status = box.json("status", str(box.spec_path), "--set", "server.name=ds4b")[1]
     assert status["healthy"] and status["pid"] != old_pid
     assert engine_pids(box.root) == {status["pid"]}
     box.cli("stop", str(box.spec_path), "--set", "server.name=ds4b")
