@@ -96,7 +96,8 @@ class EngineRepo:
         dest.mkdir(parents=True)
         archive = dest.parent / f".{dest.name}.tar"
         try:
-            run(["git", "-C", str(self.cache), "archive", "--format=tar", "-o", str(archive), commit])
+            run(["git", "-C", str(self.cache), "archive", "--format=tar", "-o", str(archive), commit],
+                timeout=600)
             with tarfile.open(archive) as tar:
                 tar.extractall(dest, filter="tar")
         finally:

@@ -6,13 +6,13 @@ it writes (``Change.after``), so applying writes exactly what the plan showed.
 from __future__ import annotations
 
 import shutil
-import subprocess
 from functools import partial
 from pathlib import Path
 
 from ds4_converge.core.context import Context
 from ds4_converge.core.layout import write_atomic
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
+from ds4_converge.core.shell import CommandFailed, run
 from ds4_converge.core.state import Deployment
 from ds4_converge.engine.server_args import UnsupportedSettings, server_argv
 from ds4_converge.models.placement import SLOTS
@@ -20,6 +20,7 @@ from ds4_converge.service import render, systemd
 from ds4_converge.service.supervisor import supervisord_argv
 
 NAME = "service"
+SYSTEMCTL_TIMEOUT_S = 120
 
 
 def desired_deployment(ctx: Context) -> Deployment:
@@ -127,6 +128,13 @@ def _unit(ctx: Context) -> str:
 # ------------------------------------------------------------------------------------- what applying does
 
 
+def _systemctl(*args: str) -> None:
+    try:
+        run(["systemctl", *args], timeout=SYSTEMCTL_TIMEOUT_S)
+    except CommandFailed as exc:
+        raise RoleFailed(f"systemctl {' '.join(args)} {exc.what}", exc.tail) from None
+
+
 def _write_config(ctx: Context, *, path: Path, text: str) -> str:
     ctx.layout.ensure()
     write_atomic(path, text)
@@ -136,15 +144,15 @@ def _write_config(ctx: Context, *, path: Path, text: str) -> str:
 def _install_unit(ctx: Context, *, path: Path, text: str) -> str:
     """Enabled, so supervisord and the engine come back after a reboot; started by _start_supervisord."""
     write_atomic(path, text)
-    subprocess.run(["systemctl", "daemon-reload"], check=True)
-    subprocess.run(["systemctl", "enable", path.name], check=True)
+    _systemctl("daemon-reload")
+    _systemctl("enable", path.name)
     return f"installed and enabled {path.name}"
 
 
 def _start_supervisord(ctx: Context, *, unit: Path | None) -> str:
     ctx.layout.ensure()
     if unit is not None:
-        subprocess.run(["systemctl", "start", unit.name], check=True)
+        _systemctl("start", unit.name)
         ctx.supervisor.wait_ready()
         return f"started supervisord ({unit.name})"
     ctx.say("no systemd on this host: starting supervisord directly (it will not come back after a reboot)")
