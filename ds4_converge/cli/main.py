@@ -12,7 +12,6 @@ from pathlib import Path
 from ds4_converge.cli import report
 from ds4_converge.cli.exit_codes import FAILED, INVALID, LOCKED, OK
 from ds4_converge.core.context import Context, make_context
-from ds4_converge.spec.hostpaths import UnknownVariable
 from ds4_converge.core.lock import LockHeld, RunLock
 from ds4_converge.spec.loader import SpecInvalid, load_spec, schema_json
 
@@ -84,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ctx = make_context(loaded, say=(lambda *_: None) if json_mode else (lambda m: err.print(f"… {m}", markup=False)),
                            progress=not json_mode and sys.stderr.isatty())
-    except UnknownVariable as exc:
-        err.print(f"{args.spec}: paths.root: {exc}", markup=False)
+    except SpecInvalid as exc:  # the spec does not fit this host (an unknown server.user, paths.root)
+        for problem in exc.problems:
+            err.print(problem, markup=False, highlight=False)
         return INVALID
     if command in ("status", "logs"):
         return globals()[f"_{command}"](ctx, args, out)  # read-only, and wanted most while a run goes on

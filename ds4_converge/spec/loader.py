@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import difflib
 import json
-from dataclasses import dataclass
+import os
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -11,10 +13,12 @@ from pydantic import BaseModel, ValidationError
 
 from ds4_converge.spec.model import FieldProblem, Spec
 from ds4_converge.errors import Ds4Error
+from ds4_converge.spec.yaml12 import BOMS, MAX_DEPTH, LimitExceeded, compose, construct
+
+MAX_SPEC_BYTES = 64 * 1024  # a spec is a few KiB; parsing stays well under a second at this size
+MAX_PROBLEMS = 20
 
 Loc = tuple  # a path of keys and list indexes
-# libyaml's parser when PyYAML has it (same safe loading, same marks): the pure-Python one is slow to start
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class SpecInvalid(Ds4Error):
@@ -29,6 +33,13 @@ class SpecInvalid(Ds4Error):
 class LoadedSpec:
     spec: Spec
     path: Path
+    positions: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def locate(self, dotted: str, message: str) -> str:
+        """A FILE:LINE:COL line for a problem found after validation (on this host, e.g. an unknown user)."""
+        loc = tuple(dotted.split("."))
+        line, col = self.positions.get(loc[:-1] + (loc[-1], "<key>")) or _nearest_position(loc, self.positions)
+        return f"{self.path}:{line}:{col}: {dotted}: {message}"
 
     @property
     def base_dir(self) -> Path:
@@ -38,17 +49,12 @@ class LoadedSpec:
 
 def load_spec(path: str | Path, overrides: list[str] = ()) -> LoadedSpec:
     path = Path(path)
+    text = read_spec_text(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecInvalid([f"{path}: cannot read spec: {exc.strerror}"]) from None
-    try:
-        node = yaml.compose(text, Loader=SAFE_LOADER)
-        data = yaml.load(text, Loader=SAFE_LOADER)
+        node = compose(text)
+        data = construct(node)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise SpecInvalid([f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}"]) from None
+        raise SpecInvalid([f"{_where(exc, path, text)}: invalid YAML: {_problem(exc)}"]) from None
     if not isinstance(data, dict):
         raise SpecInvalid([f"{path}:1:1: the spec must be a mapping with engine, model, server …"])
     positions = _positions(node)
@@ -57,16 +63,80 @@ def load_spec(path: str | Path, overrides: list[str] = ()) -> LoadedSpec:
         loc = apply_override(data, item, path)
         set_locs[loc] = item
     try:
-        return LoadedSpec(Spec.model_validate(data), path.resolve())
+        return LoadedSpec(Spec.model_validate(data), path.resolve(), positions)
     except ValidationError as exc:
-        raise SpecInvalid([_describe(err, path, positions, set_locs) for err in exc.errors()]) from None
+        errors = exc.errors()
+        problems = [_describe(err, path, positions, set_locs) for err in errors[:MAX_PROBLEMS]]
+        if len(errors) > MAX_PROBLEMS:
+            problems.append(f"{path}: … and {len(errors) - MAX_PROBLEMS} more problems")
+        raise SpecInvalid(problems) from None
+
+
+def read_spec_text(path: Path) -> str:
+    """The spec's text: a regular file of bounded size, in UTF-8 (or UTF-16/32 with a byte order mark)."""
+    try:
+        # O_NONBLOCK: a FIFO must not block the open; it is refused below like any non-regular file
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SpecInvalid([f"{path}: cannot read spec: {exc.strerror}"]) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a device, pipe or socket"
+            raise SpecInvalid([f"{path}: is {kind}, not a regular file: a spec is a YAML file"])
+        try:
+            data = os.read(fd, MAX_SPEC_BYTES + 1)
+        except OSError as exc:
+            raise SpecInvalid([f"{path}: cannot read spec: {exc.strerror}"]) from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecInvalid([f"{path}: larger than {MAX_SPEC_BYTES // 1024} KiB: not a spec (a spec is a few KiB "
+                           f"of YAML)"])
+    return decode(data, path)
+
+
+def decode(data: bytes, path: Path) -> str:
+    for bom, codec in BOMS:
+        if data.startswith(bom):
+            try:
+                return data.decode(codec)
+            except UnicodeDecodeError as exc:
+                raise SpecInvalid([f"{path}: invalid {codec.upper()} at byte {exc.start} (the file starts "
+                                   f"with a {codec.upper()} byte order mark)"]) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise SpecInvalid([f"{path}:{line}:{column}: not UTF-8 (byte 0x{data[exc.start]:02x}): save the spec "
+                           f"as UTF-8 (UTF-16 and UTF-32 are read when they start with a byte order mark)"]) from None
+
+
+def _where(exc: yaml.YAMLError, path: Path, text: str) -> str:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    if mark is not None:
+        return f"{path}:{mark.line + 1}:{mark.column + 1}"
+    position = getattr(exc, "position", None)  # a ReaderError (a character YAML does not allow)
+    if isinstance(position, int) and 0 <= position <= len(text):
+        line = text.count("\n", 0, position) + 1
+        return f"{path}:{line}:{position - (text.rfind(chr(10), 0, position) + 1) + 1}"
+    return str(path)
+
+
+def _problem(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.reader.ReaderError):
+        return "a control character that YAML does not allow (NUL, or another non-printable character)"
+    return str(getattr(exc, "problem", None) or exc)
 
 
 def apply_override(data: dict, item: str, path: Path) -> Loc:
-    """`--set server.ctx=65536`: the value is read as YAML, like helm's --set."""
+    """`--set server.ctx=65536`: the value is read as YAML (with the spec file's limits), like helm's --set."""
     key, sep, raw = item.partition("=")
     if not sep or not key:
-        raise SpecInvalid([f"--set {item}: expected dotted.key=value"])
+        raise SpecInvalid([f"--set {item[:200]}: expected dotted.key=value"])
+    if len(key) > 200 or key.count(".") > MAX_DEPTH or len(raw) > MAX_SPEC_BYTES:
+        raise SpecInvalid([f"--set {item[:200]}…: too long"])
     loc = tuple(key.split("."))
     target = data
     for part in loc[:-1]:
@@ -75,9 +145,11 @@ def apply_override(data: dict, item: str, path: Path) -> Loc:
             raise SpecInvalid([f"--set {item}: {part} is not a mapping in {path}"])
         target = nxt
     try:
-        target[loc[-1]] = yaml.safe_load(raw) if raw != "" else ""
+        target[loc[-1]] = construct(compose(raw)) if raw != "" else ""
+    except LimitExceeded as exc:
+        raise SpecInvalid([f"--set {item[:200]}: {exc.problem}"]) from None
     except yaml.YAMLError:
-        target[loc[-1]] = raw
+        target[loc[-1]] = raw  # not YAML: the plain string it looks like
     return loc
 
 
@@ -108,7 +180,8 @@ def _describe(err: dict, path: Path, positions: dict, set_locs: dict) -> str:
     else:
         message = err["msg"].removeprefix("Value error, ")
         if "input" in err and not isinstance(err["input"], (dict, list)):
-            message += f" (got {json.dumps(err['input'], default=str)})"
+            shown = json.dumps(err["input"], default=str)
+            message += f" (got {shown if len(shown) <= 80 else shown[:60] + f'… {len(shown)} characters'})"
     field = ".".join(str(p) for p in loc) or "(top)"
     for set_loc, item in set_locs.items():
         if loc[: len(set_loc)] == set_loc:
