@@ -16,13 +16,14 @@ from ds4_converge.core.plan import Change, RoleFailed, RolePlan
 from ds4_converge.engine import release as releases
 from ds4_converge.engine.git import SHA, EngineRepo, RepoError
 from ds4_converge.engine.installer import InstallerError, read_pin
+from ds4_converge.spec.values import is_remote
 
 NAME = "engine"
 
 
 def _repo_url(ctx: Context, pinned_repo: str | None) -> str:
     url = ctx.spec.engine.repo or pinned_repo
-    if "://" in url or url.startswith("git@"):
+    if is_remote(url):
         return url
     return str(ctx.host_path(url))  # a local path, relative to the spec file
 

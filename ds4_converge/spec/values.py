@@ -89,6 +89,7 @@ def not_an_option(value: str, what: str) -> str:
 
 def check_repo(value: str) -> str:
     """A git URL of an allowed transport or a local path; never something git reads as an option."""
+    printable(value)
     if not value.strip():
         raise ValueError(f"empty; give {REPO_FORMS}")
     not_an_option(value, "repository")
@@ -117,10 +118,17 @@ def check_repo(value: str) -> str:
     return value
 
 
+def is_remote(repo: str) -> bool:
+    """A URL or user@host:path, as git reads it; anything else is a local path (relative to the spec file)."""
+    return bool(re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", repo) or SCP_LIKE.match(repo))
+
+
 def check_ref(value: str) -> str:
     """A tag, branch or commit name as git-check-ref-format would accept it (so also never an option)."""
     if not value:
         raise ValueError("empty; give a tag, branch or commit")
+    if len(value) > NAME_MAX:
+        raise ValueError(f"is {len(value)} characters long; a git ref is at most {NAME_MAX} here")
     not_an_option(value, "ref")
     bad = next((ch for ch in value if ch.isspace() or ch in "~^:?*[\\" or ord(ch) < 32 or ord(ch) == 127), None)
     if bad is not None:
