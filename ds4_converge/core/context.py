@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ds4_converge.core.layout import Layout
-from ds4_converge.core.state import Deployment, State
+from ds4_converge.core.state import Deployment, State, StateUnreadable
 from ds4_converge.engine.release import BuildRequest, Release, Toolkit
 from ds4_converge.spec.hostpaths import UnknownVariable, expand
 from ds4_converge.spec.loader import LoadedSpec, SpecInvalid
@@ -130,4 +130,10 @@ def make_context(loaded: LoadedSpec, **kwargs) -> Context:
     except (UnknownVariable, ValueError) as exc:
         raise SpecInvalid([loaded.locate("paths.root", f"{exc} (as expanded on this host)")]) from None
     layout = Layout(root)
-    return Context(loaded=loaded, layout=layout, state=State.load(layout.state_file), **kwargs)
+    try:
+        state = State.load(layout.state_file)
+    except StateUnreadable as exc:
+        from ds4_converge.core.recovery import rebuilt_state  # only for a damaged state.json
+
+        state = rebuilt_state(layout, loaded.spec.server.name, str(exc))
+    return Context(loaded=loaded, layout=layout, state=state, **kwargs)

@@ -60,9 +60,17 @@ def converge(ctx: Context, *, diff: bool = False, roles: Sequence = ROLES,
              revert: Callable[[Context, Outcome], None] | None = None) -> Outcome:
     """`roles` and `revert` are seams for tests (fake roles); a run uses the real ones."""
     revert = revert or revert_to_last_good
+    damaged = ctx.state.damaged
+    if damaged:
+        ctx.say(f"warning: {damaged}")
     if ctx.facts is None:
         ctx.facts = gather_facts(ctx)
     outcome = _run(ctx, roles, revert, diff)
+    if damaged and outcome.results:
+        outcome.results[0].warnings.insert(0, f"state: {damaged}")
+    if damaged and outcome.ok and not ctx.check and ctx.state.damaged:  # nothing saved it: record what was rebuilt
+        ctx.before_change()
+        ctx.state.save(ctx.layout.state_file)
     ctx.remember_learned()  # not after an exception: another run's lock, say, means this one may write nothing
     return outcome
 
