@@ -37,6 +37,7 @@ class Outcome:
     endpoint: str | None = None
     error: str = ""
     detail: str = ""
+    exception: BaseException | None = field(default=None, repr=False)  # for --debug; never in the JSON
 
     @property
     def changed(self) -> bool:
@@ -63,8 +64,13 @@ def converge(ctx: Context, *, diff: bool = False, roles: Sequence = ROLES,
     damaged = ctx.state.damaged
     if damaged:
         ctx.say(f"warning: {damaged}")
-    if ctx.facts is None:
-        ctx.facts = gather_facts(ctx)
+    try:
+        if ctx.facts is None:
+            ctx.facts = gather_facts(ctx)
+    except BaseException as exc:  # noqa: BLE001 - nothing changed yet: a clean failure is enough
+        outcome = Outcome(ok=True)
+        return _failed(ctx, outcome, roles, revert, roles[0].NAME, _unexpected(exc, outcome), plan=None,
+                       diff=diff, done=[])
     outcome = _run(ctx, roles, revert, diff)
     if damaged and outcome.results:
         outcome.results[0].warnings.insert(0, f"state: {damaged}")
@@ -82,8 +88,11 @@ def _run(ctx: Context, roles: Sequence, revert, diff: bool) -> Outcome:
         while True:
             try:
                 plan = role.plan(ctx)
-            except APPLY_ERRORS as exc:
+            except Ds4Error as exc:
                 return _failed(ctx, outcome, roles, revert, role.NAME, exc, plan=None, diff=diff, done=changes)
+            except BaseException as exc:  # noqa: BLE001 - a plan changes nothing: a clean failure is enough
+                return _failed(ctx, outcome, roles, revert, role.NAME, _unexpected(exc, outcome), plan=None,
+                               diff=diff, done=changes)
             if plan.errors:
                 message = "; ".join(str(f) for f in plan.errors)
                 return _failed(ctx, outcome, roles, revert, role.NAME, RoleFailed(message), plan=plan, diff=diff,
@@ -93,11 +102,12 @@ def _run(ctx: Context, roles: Sequence, revert, diff: bool) -> Outcome:
             ctx.before_change()
             try:
                 messages.append(plans.apply(ctx, plan))
-            except APPLY_ERRORS as exc:
+            except Ds4Error as exc:
                 return _failed(ctx, outcome, roles, revert, role.NAME, exc, plan=plan, diff=diff, done=changes)
-            except KeyboardInterrupt:
-                # Ctrl-C after the old engine was stopped must not leave the box without one
-                return _failed(ctx, outcome, roles, revert, role.NAME, RoleFailed("interrupted"), plan=plan,
+            except BaseException as exc:  # noqa: BLE001
+                # whatever it is (a bug, OSError, Ctrl-C, SIGTERM), once the old engine was stopped the box must
+                # not be left without one: revert first, then report
+                return _failed(ctx, outcome, roles, revert, role.NAME, _unexpected(exc, outcome), plan=plan,
                                diff=diff, done=changes)
             changes += plan.changes
             if not plan.replan:
@@ -139,11 +149,47 @@ def _failed(ctx: Context, outcome: Outcome, roles: Sequence, revert, role: str, 
     outcome.results += [RoleResult(r.NAME, "skipped", f"not run: {role} failed") for r in roles
                         if r.NAME not in finished]
     if ctx.switched and not ctx.check:
-        revert(ctx, outcome)
+        try:
+            revert(ctx, outcome)
+        except BaseException as exc:  # noqa: BLE001 - the revert is guarded: say what failed and what serves
+            outcome.exception = outcome.exception or exc
+            reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+            outcome.error += f"; the revert failed too ({reason}); serving now: {serving(ctx)}"
     current = ctx.state.current
     outcome.release = current.release if current else None
     outcome.endpoint = current.endpoint if current else None
     return outcome
+
+
+def _unexpected(exc: BaseException, outcome: Outcome) -> RoleFailed:
+    """A clean one-line failure for any exception; the exception itself is kept for --debug and the log."""
+    outcome.exception = exc
+    if isinstance(exc, KeyboardInterrupt):
+        return RoleFailed("interrupted")
+    if isinstance(exc, SystemExit):
+        return RoleFailed(f"interrupted (exit {exc.code})")
+    if isinstance(exc, (OSError, xmlrpc.client.Error)):
+        return RoleFailed(str(exc) or type(exc).__name__)
+    return RoleFailed(f"unexpected {type(exc).__name__}: {exc}")
+
+
+def serving(ctx: Context) -> str:
+    """What runs under this root right now, in words, for a report after things went wrong."""
+    from ds4_converge.service.render import read_program_conf
+
+    name = ctx.spec.server.name
+    try:
+        info = ctx.supervisor.info(name) if ctx.supervisor.is_running(settle=5) else None
+    except Exception as exc:  # noqa: BLE001 - we are reporting on a failure: never fail the report
+        return f"unknown (supervisord: {exc})"
+    if not info or info["statename"] not in ("RUNNING", "STARTING"):
+        return "nothing"
+    try:
+        release = read_program_conf(ctx.layout.program_conf(name).read_text())[0]
+    except OSError:
+        release = None
+    state = "" if info["statename"] == "RUNNING" else f", {info['statename'].lower()}"
+    return f"{name} (pid {info['pid']}{state}) on release {release or 'unknown'}"
 
 
 def revert_to_last_good(ctx: Context, outcome: Outcome) -> None:
@@ -162,7 +208,7 @@ def revert_to_last_good(ctx: Context, outcome: Outcome) -> None:
             return
         if failed is not None and failed.same_config(last_good):
             outcome.error += (f"; last good ({last_good.release}) is this same config, so there is nothing to "
-                              f"revert to")
+                              f"revert to; serving now: {serving(ctx)}")
             return
         ctx.say(f"reverting to last good release {last_good.release}")
         service.switch_to(ctx, last_good)
@@ -170,7 +216,7 @@ def revert_to_last_good(ctx: Context, outcome: Outcome) -> None:
         wait_healthy(probe.target(ctx), probe.process_state(ctx), soak=False)
     except (*APPLY_ERRORS, Unhealthy) as exc:
         target = last_good.release if last_good else "a stopped engine"
-        outcome.error += f"; revert to {target} failed too: {exc}"
+        outcome.error += f"; revert to {target} failed too: {exc}; serving now: {serving(ctx)}"
         return
     outcome.reverted = True
     outcome.error += f"; reverted to {last_good.release}"

@@ -45,9 +45,28 @@ def plan(ctx: Context) -> RolePlan:
                         reason=f"probe the new engine ({ladder})")
     try:
         check_models(ctx.endpoint)
-    except (NotReady, Unhealthy) as exc:
+    except NotReady as exc:
+        # the config is last good and supervisord runs it, but it does not answer yet: supervisord restarted it
+        # after a crash and it is loading. Wait for it (up to deadline_s) instead of failing.
+        state, pid, _ = process_state(ctx)()
+        if state not in ("RUNNING", "STARTING"):
+            raise RoleFailed(f"{ctx.endpoint} is not healthy: {exc}") from None
+        return RolePlan(NAME, [Change(f"wait up to {health.deadline_s:.0f}s for {ctx.endpoint}: ds4-server (pid "
+                                      f"{pid}) is {state.lower()} but not answering yet ({exc})", action=_wait_again)],
+                        reason=f"wait for {ctx.endpoint} (supervisord restarted ds4-server; it is loading)")
+    except Unhealthy as exc:
         raise RoleFailed(f"{ctx.endpoint} is not healthy: {exc}") from None
     return RolePlan(NAME, reason=f"{ctx.endpoint} answers /v1/models; last good is {ctx.state.last_good.release}")
+
+
+def _wait_again(ctx: Context) -> str:
+    """Last good, restarted by supervisord: it must answer again; nothing new to record."""
+    ctx.say(f"waiting for {ctx.endpoint} (deadline {ctx.spec.health.deadline_s:.0f}s)")
+    try:
+        pid = wait_healthy(target(ctx), process_state(ctx), soak=False)
+    except Unhealthy as exc:
+        raise RoleFailed(f"last good release {ctx.state.last_good.release} does not come back: {exc}") from None
+    return f"healthy again (pid {pid}); release {ctx.state.last_good.release} is last good"
 
 
 def _probe(ctx: Context) -> str:

@@ -48,7 +48,10 @@ def desired_deployment(ctx: Context) -> Deployment:
 def _identity(path: Path) -> str:
     """The model file's identity in the config, so that new bytes under the same path restart the engine.
     Derived from stat alone: adding a sha256 to the spec later must not look like a new model."""
-    stat = path.stat()
+    try:
+        stat = path.stat()
+    except OSError:  # check mode: the models role has not downloaded it yet
+        return "inode (not downloaded yet)"
     return f"inode {stat.st_ino} size {stat.st_size} mtime_ns {stat.st_mtime_ns}"
 
 
@@ -62,7 +65,11 @@ def _read(path: Path) -> str | None:
 def plan(ctx: Context) -> RolePlan:
     name, layout, supervisor = ctx.spec.server.name, ctx.layout, ctx.supervisor
     changes: list[Change] = []
-    main_conf = render.supervisord_conf(layout, cache=ctx.renders)
+    notes: list[Finding] = []
+    try:
+        main_conf = render.supervisord_conf(layout, cache=ctx.renders)
+    except render.UnsafeValue as exc:  # paths.root is checked at validation; this guards the renderer's rule
+        raise RoleFailed(f"paths.root: cannot render supervisord's config: {exc}") from None
     if _read(layout.supervisord_conf) != main_conf:
         changes.append(Change(str(layout.supervisord_conf), _read(layout.supervisord_conf), main_conf,
                               action=partial(_write_config, path=layout.supervisord_conf, text=main_conf)))
@@ -73,15 +80,17 @@ def plan(ctx: Context) -> RolePlan:
         if _read(unit) != text:
             changes.append(Change(str(unit), _read(unit), text, action=partial(_install_unit, path=unit, text=text)))
     running = supervisor.is_running()
-    if not running:
-        changes.append(Change("start supervisord" + ("" if with_systemd else
-                                                      " directly (no systemd here: it will not come back after a reboot)"),
-                              action=partial(_start_supervisord, unit=unit if with_systemd else None)))
-    pid = supervisor.running_pid(name) if running else None
+    start = "start supervisord" + ("" if with_systemd else
+                                   " directly (no systemd here: it will not come back after a reboot)")
+    if not running and ctx.release is None:  # --check before the build; otherwise the cold start below
+        changes.append(Change(start, action=partial(_start_supervisord, unit=unit if with_systemd else None)))
+    info = supervisor.info(name) if running else None
+    # STARTING, or RUNNING but still loading: supervisord is (re)starting it; the probe waits for it
+    pid = info["pid"] if info and info["statename"] in ("RUNNING", "STARTING") else None
     current_conf = _read(layout.program_conf(name))
     # stale programs go before the switch: they would run beside ours
     changes += [Change(f"remove program {p.stem} (renamed to {name})", before=_read(p), restarts=True,
-                       action=partial(_remove_program, path=p)) for p in stale_programs(ctx)]
+                       action=partial(_remove_program, path=p, running=running)) for p in stale_programs(ctx)]
     if ctx.release is None:
         # check mode before the build: the exact command line is known only once the binary lists its flags
         changes.append(Change(f"restart {name} on release {ctx.build.release_id}", current_conf,
@@ -89,14 +98,21 @@ def plan(ctx: Context) -> RolePlan:
                               restarts=True))
     else:
         ctx.desired = desired_deployment(ctx)
-        if current_conf != ctx.desired.program_conf:
+        if not running:
+            # a cold start: supervisord starts what its program file says, so write the new one first and
+            # the engine starts once (never the old program, only to be stopped a moment later: an 81 GB load)
+            changes.append(Change(str(layout.program_conf(name)), current_conf, ctx.desired.program_conf,
+                                  restarts=True, action=partial(_cold_start, deployment=ctx.desired,
+                                                                unit=unit if with_systemd else None)))
+            notes.append(Finding("info", f"{start}, which starts {name} on release {ctx.desired.release}"))
+        elif current_conf != ctx.desired.program_conf:
             changes.append(Change(str(layout.program_conf(name)), current_conf, ctx.desired.program_conf,
                                   restarts=True, action=partial(_switch, deployment=ctx.desired)))
         elif pid is None or any(c.restarts for c in changes):
             changes.append(Change(f"start {name} (not running)" if pid is None else f"restart {name}",
                                   restarts=True, action=partial(_switch, deployment=ctx.desired)))
     ctx.restart_needed = any(c.restarts for c in changes)
-    findings = port_findings(ctx) if ctx.restart_needed else []
+    findings = notes + (port_findings(ctx) if ctx.restart_needed else [])
     reason = (f"{name} runs release {ctx.release.id} (pid {pid}), config unchanged" if not changes
               else f"{'restart' if ctx.restart_needed else 'update'} {name}")
     return RolePlan(NAME, changes, reason=reason, findings=findings)
@@ -160,8 +176,9 @@ def _start_supervisord(ctx: Context, *, unit: Path | None) -> str:
     return "started supervisord"
 
 
-def _remove_program(ctx: Context, *, path: Path) -> str:
-    ctx.supervisor.remove(path.stem)
+def _remove_program(ctx: Context, *, path: Path, running: bool = True) -> str:
+    if running:
+        ctx.supervisor.remove(path.stem)
     path.unlink(missing_ok=True)
     return f"removed program {path.stem}"
 
@@ -176,6 +193,23 @@ def _switch(ctx: Context, *, deployment: Deployment) -> str:
         ctx.say(f"stopping {name} (SIGTERM, waiting for its process group)")
     ctx.switched = True
     switch_to(ctx, deployment.stamped())
+    return f"started {name} on release {deployment.release}"
+
+
+def _cold_start(ctx: Context, *, deployment: Deployment, unit: Path | None) -> str:
+    """supervisord is down: the new program file first, then supervisord, which starts the engine (autostart)."""
+    errors = [f for f in port_findings(ctx) if f.level == "error"]
+    if errors:
+        raise RoleFailed(str(errors[0]))
+    name = ctx.spec.server.name
+    ctx.layout.ensure()
+    ctx.switched = True  # nothing of ours runs now; from here a failure reverts to last good
+    deployment = deployment.stamped()
+    ctx.state.current = deployment
+    ctx.state.save(ctx.layout.state_file)
+    write_atomic(ctx.layout.program_conf(name), deployment.program_conf)
+    _start_supervisord(ctx, unit=unit)
+    ctx.supervisor.await_autostart(name)
     return f"started {name} on release {deployment.release}"
 
 

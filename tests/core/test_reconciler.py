@@ -202,7 +202,7 @@ def test_a_revert_that_fails_too_says_so_and_raises_nothing(failed_switch, monke
     outcome = reconciler.converge(failed_switch, roles=roles)
     assert not outcome.ok and not outcome.reverted
     cause = "supervisord rejected the config" if where == "switch" else "ds4-server is FATAL"
-    assert outcome.error == f"probe: unhealthy; revert to old failed too: {cause}"
+    assert outcome.error == f"probe: unhealthy; revert to old failed too: {cause}; serving now: nothing"
 
 
 def test_a_first_install_that_fails_is_left_stopped(ctx):
