@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ds4_converge.core import plan as plans
 from ds4_converge.core.context import Context
+from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.plan import RoleFailed, RolePlan, RoleResult
 from ds4_converge.engine import role as engine
 from ds4_converge.errors import Ds4Error
@@ -19,6 +20,7 @@ from ds4_converge.models import role as models
 from ds4_converge.models.placement import placements
 from ds4_converge.preflight import role as preflight
 from ds4_converge.preflight.scope import fact_request
+from ds4_converge.service import guard
 from ds4_converge.service import role as service
 from ds4_converge.toolchain import role as toolchain
 
@@ -71,7 +73,19 @@ def converge(ctx: Context, *, diff: bool = False, roles: Sequence = ROLES,
         outcome = Outcome(ok=True)
         return _failed(ctx, outcome, roles, revert, roles[0].NAME, _unexpected(exc, outcome), plan=None,
                        diff=diff, done=[])
-    outcome = _run(ctx, roles, revert, diff)
+    repaired = None
+    if not ctx.check and ctx.layout.root.exists():
+        crash_point("started")
+        repaired = guard.recover_stale(ctx.layout)  # a run that died mid-switch, and no guard repaired it
+        if repaired:
+            ctx.say(repaired)
+    try:
+        outcome = _run(ctx, roles, revert, diff)
+    finally:
+        if ctx.switched and not ctx.check:
+            guard.disarm(ctx.layout)  # settled: proven, reverted, or reported as failed with what serves
+    if repaired and outcome.results:
+        outcome.results[0].warnings.insert(0, repaired)
     if damaged and outcome.results:
         outcome.results[0].warnings.insert(0, f"state: {damaged}")
     if damaged and outcome.ok and not ctx.check and ctx.state.damaged:  # nothing saved it: record what was rebuilt
@@ -211,7 +225,7 @@ def revert_to_last_good(ctx: Context, outcome: Outcome) -> None:
                               f"revert to; serving now: {serving(ctx)}")
             return
         ctx.say(f"reverting to last good release {last_good.release}")
-        service.switch_to(ctx, last_good)
+        service.switch_to(ctx, last_good, reason="revert")
         # last good passed its soak already: prove it answers, don't make the outage longer
         wait_healthy(probe.target(ctx), probe.process_state(ctx), soak=False)
     except (*APPLY_ERRORS, Unhealthy) as exc:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ds4_converge.engine.git import EngineRepo
+from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.shell import CommandFailed, run, tail
 from ds4_converge.errors import Ds4Error
@@ -135,6 +136,7 @@ def build(layout: Layout, repo: EngineRepo, request: BuildRequest) -> Release:
     try:
         repo.fetch(request.commit)
         repo.export(request.commit, partial)
+        crash_point("build-exported")
         run(request.make_argv(), cwd=partial, log=log, timeout=MAKE_TIMEOUT_S)
         server = partial / "ds4-server"
         if not server.exists():
@@ -144,6 +146,7 @@ def build(layout: Layout, repo: EngineRepo, request: BuildRequest) -> Release:
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
             raise BuildFailed(f"the built ds4-server does not run: {exc}", log) from None
         built = True
+        crash_point("build-made")
     except CommandFailed as exc:
         raise BuildFailed(f"{' '.join(exc.argv[:4])} {exc.what}", log) from None
     finally:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 from ds4_converge.core.context import Context
+from ds4_converge.core.crashpoints import crash_point
+from ds4_converge.service.guard import disarm
 from ds4_converge.core.plan import Change, RoleFailed, RolePlan
 from ds4_converge.health.probe import NotReady, ProbeTarget, Unhealthy, check_models, wait_healthy
 from ds4_converge.engine.release import prune
@@ -75,8 +77,11 @@ def _probe(ctx: Context) -> str:
         pid = wait_healthy(target(ctx), process_state(ctx))
     except Unhealthy as exc:
         raise RoleFailed(f"release {ctx.desired.release} is not healthy: {exc}") from None
+    crash_point("probed")
     ctx.state.bless(ctx.desired.stamped())
     ctx.state.save(ctx.layout.state_file)
+    disarm(ctx.layout)  # proven and recorded: the switch is settled, the guard has nothing to bring back
+    crash_point("blessed")
     # only now is the rollback target known for sure; releases outside it and keep_releases can go
     removed = prune(ctx.layout, ctx.spec.engine.keep_releases, ctx.state.releases_in_use())
     return (f"healthy (pid {pid}); release {ctx.desired.release} is now last good"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.errors import Ds4Error
+from ds4_converge.service.supervisor import guard_argv
 
 # configparser (as supervisor sets it up) starts an inline comment at ';' or '#' after whitespace
 INLINE_COMMENT = re.compile(r"(?<=\s)(?=[;#])")
@@ -122,7 +123,7 @@ def _via(cache: RenderCache | None, template: str, values: dict) -> str:
 def supervisord_conf(layout: Layout, *, nodaemon: bool = False, cache: RenderCache | None = None) -> str:
     return _via(cache, "supervisord.conf.j2", dict(
         socket=layout.socket, logs=layout.logs, pidfile=layout.supervisord_pid, root=layout.root,
-        programs=layout.program_dir, nodaemon=nodaemon))
+        programs=layout.program_dir, nodaemon=nodaemon, guard=command_line(guard_argv(layout.root))))
 
 
 def program_conf(*, name: str, release: str, argv: list[str], directory: str, log: str, user: str | None,

@@ -10,13 +10,14 @@ from functools import partial
 from pathlib import Path
 
 from ds4_converge.core.context import Context
+from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.layout import write_atomic
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
 from ds4_converge.core.shell import CommandFailed, run
 from ds4_converge.core.state import Deployment
 from ds4_converge.engine.server_args import UnsupportedSettings, server_argv
 from ds4_converge.models.placement import SLOTS
-from ds4_converge.service import render, systemd
+from ds4_converge.service import guard, render, systemd
 from ds4_converge.service.supervisor import supervisord_argv
 
 NAME = "service"
@@ -154,6 +155,7 @@ def _systemctl(*args: str) -> None:
 def _write_config(ctx: Context, *, path: Path, text: str) -> str:
     ctx.layout.ensure()
     write_atomic(path, text)
+    crash_point("supervisord-conf")
     return "supervisord config updated"
 
 
@@ -204,21 +206,36 @@ def _cold_start(ctx: Context, *, deployment: Deployment, unit: Path | None) -> s
     name = ctx.spec.server.name
     ctx.layout.ensure()
     ctx.switched = True  # nothing of ours runs now; from here a failure reverts to last good
+    # supervisord starts the guard (autostart) with the engine: it watches this intent from then on
+    guard.arm(ctx.layout, None, name=name, grace=ctx.spec.server.stop_wait_s, fallback=ctx.state.last_good)
+    crash_point("intent")
     deployment = deployment.stamped()
     ctx.state.current = deployment
     ctx.state.save(ctx.layout.state_file)
     write_atomic(ctx.layout.program_conf(name), deployment.program_conf)
+    crash_point("program-written")
     _start_supervisord(ctx, unit=unit)
     ctx.supervisor.await_autostart(name)
+    crash_point("new-started")
     return f"started {name} on release {deployment.release}"
 
 
-def switch_to(ctx: Context, deployment: Deployment) -> None:
-    """Stop what runs (whole process group), then start `deployment` exactly as recorded."""
-    name = ctx.spec.server.name
+def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -> None:
+    """Stop what runs (whole process group), then start `deployment` exactly as recorded.
+
+    The intent is recorded and the guard armed first: if this process dies anywhere from here until the switch
+    is settled (guard.disarm), supervisord's guard brings last good back (see service/guard.py)."""
+    name, step = ctx.spec.server.name, "" if reason == "switch" else f"{reason}-"
+    guard.arm(ctx.layout, ctx.supervisor, name=name, grace=ctx.spec.server.stop_wait_s,
+              fallback=ctx.state.last_good)
+    crash_point(f"{step}intent")
     ctx.supervisor.stop(name, grace=ctx.spec.server.stop_wait_s)
+    crash_point(f"{step}old-stopped")
     ctx.state.current = deployment
     ctx.state.save(ctx.layout.state_file)
     write_atomic(ctx.layout.program_conf(name), deployment.program_conf)
+    crash_point(f"{step}program-written")
     ctx.say(f"starting {name} on release {deployment.release}")
     ctx.supervisor.load(name)
+    if reason == "switch":
+        crash_point("new-started")

@@ -29,6 +29,14 @@ def supervisord_argv(conf: Path, *, foreground: bool = False) -> list[str]:
     return [sys.executable, "-m", "supervisor.supervisord", *(["--nodaemon"] if foreground else []), "-c", str(conf)]
 
 
+GUARD = "ds4c.switch-guard"  # a name server.name cannot take (it allows no '.')
+
+
+def guard_argv(root: Path) -> list[str]:
+    """The switch guard (service/guard.py), run by supervisord from the same environment as this tool."""
+    return [sys.executable, "-m", "ds4_converge.service.guard", str(root)]
+
+
 KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "HOME", "USER", "LOGNAME")
 
 
@@ -188,6 +196,26 @@ class Supervisor:
             except xmlrpc.client.Fault as fault:
                 if fault.faultCode != _faults().ALREADY_STARTED:
                     raise
+
+    def ensure_guard(self) -> None:
+        """Make sure supervisord runs the switch guard: a supervisord started from an older supervisord.conf
+        learns it from the file now (re-read, added), and a guard that is not running is started."""
+        rpc = self._rpc()
+        added, changed, removed = rpc.reloadConfig()[0]
+        if GUARD in changed or GUARD in removed:
+            self.stop(GUARD, grace=10)
+            rpc.removeProcessGroup(GUARD)
+        if GUARD in added or GUARD in changed:
+            rpc.addProcessGroup(GUARD)
+        info = self.info(GUARD)
+        if info is None:
+            raise SupervisorError(f"supervisord has no {GUARD} program: {self.layout.supervisord_conf} is stale")
+        if info["statename"] not in ("RUNNING", "STARTING"):
+            try:
+                rpc.startProcess(GUARD, True)
+            except xmlrpc.client.Fault as fault:
+                if fault.faultCode != Faults.ALREADY_STARTED:
+                    raise SupervisorError(f"cannot start {GUARD}: {fault.faultString}") from None
 
     def await_autostart(self, name: str, timeout: float = 10) -> None:
         """Right after supervisord started: wait until it has spawned `name` (autostart), start it if it has not."""
