@@ -19,7 +19,8 @@ from ds4_converge.core.crashpoints import ENV, POINTS
 from ds4_converge.core.lock import lock_holders
 
 REVERT_POINTS = [p for p in POINTS if p.startswith("revert-")]
-UPGRADE_POINTS = [p for p in POINTS if p not in REVERT_POINTS]
+ROLLBACK_POINTS = [p for p in POINTS if p.startswith("rollback-")]
+UPGRADE_POINTS = [p for p in POINTS if p not in REVERT_POINTS + ROLLBACK_POINTS]
 COLD_POINTS = ["intent", "program-written", "new-started"]
 
 
@@ -53,8 +54,8 @@ def _reset(box: Box) -> None:
     shutil.rmtree(box.base / "models-b", ignore_errors=True)
 
 
-def _crash(box: Box, point: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "ds4_converge.cli", str(box.spec_path), "--json"],
+def _crash(box: Box, point: str, command: tuple = ()) -> None:
+    proc = subprocess.run([sys.executable, "-m", "ds4_converge.cli", *command, str(box.spec_path), "--json"],
                           capture_output=True, text=True, timeout=180, env={**_env(), ENV: point})
     assert proc.returncode == -9, f"the run did not reach {point}:\n{proc.stdout}\n{proc.stderr}"
 
@@ -129,6 +130,23 @@ def test_a_run_killed_while_reverting_a_broken_upgrade_recovers(crash_box, point
     assert _serves(box), f"nothing serves after a crash at {point}"
     rc, document = box.converge()
     assert rc == 1 and document["reverted"], document
+    assert box.status()["release"] == box.baseline_release
+    _invariants(box)
+
+
+@pytest.mark.parametrize("point", ROLLBACK_POINTS)
+def test_a_rollback_killed_mid_switch_recovers(crash_box, point):
+    box = crash_box
+    _reset(box)
+    box.spec["engine"]["ref"] = "v0.3.0"
+    box.write()
+    rc, upgraded = box.converge()
+    assert rc == 0, upgraded
+    _crash(box, point, ("rollback",))
+    assert _serves(box), f"nothing serves after a crash at {point}"
+    assert box.status()["release"] == upgraded["release"], "the guard put last good (the upgrade) back"
+    proc = box.cli("rollback", str(box.spec_path), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     assert box.status()["release"] == box.baseline_release
     _invariants(box)
 
