@@ -49,11 +49,11 @@ def test_a_revert_that_fails_says_so_and_what_serves(box, capsys, monkeypatch):
     real_switch = service_role.switch_to
     calls = []
 
-    def switch_then_fail(ctx, deployment):
+    def switch_then_fail(ctx, deployment, **kwargs):
         calls.append(deployment.release)
         if len(calls) > 1:
             raise RuntimeError("a bug in the revert")  # not one of the errors a revert expects
-        return real_switch(ctx, deployment)
+        return real_switch(ctx, deployment, **kwargs)
 
     monkeypatch.setattr(service_role, "switch_to", switch_then_fail)
     monkeypatch.setattr(probe_role, "wait_healthy", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("nope")))
@@ -143,7 +143,8 @@ def test_a_cold_start_starts_the_engine_once(box, change):
 
 
 def test_a_converge_while_supervisord_restarts_a_crashed_engine_waits_for_it(box):
-    box.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"] = "3"
+    box.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"] = "10"  # the next converge starts well within the load
+    box.spec["health"]["deadline_s"] = 40
     box.write()
     rc, first = box.converge()
     assert rc == 0, first
