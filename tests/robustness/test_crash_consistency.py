@@ -112,6 +112,8 @@ def test_a_run_killed_during_an_upgrade_recovers(crash_box, point):
     box.spec["engine"]["ref"] = "v0.3.0"
     box.spec["model"] = {"main": {"source": str(MODEL), "dest": str(box.base / "models-b")}}
     box.write()
+    with open(box.root / "supervisor" / "supervisord.conf", "a") as conf:
+        conf.write("; as an older ds4-converge rendered it\n")  # so the run rewrites it (supervisord-conf)
     _crash(box, point)
     assert _serves(box), f"nothing serves after a crash at {point}"
     rc, document = box.converge()
