@@ -13,9 +13,15 @@ Tags are lightweight, so a tag's sha is its commit's sha. Running it again with
 the same engine/sim sources gives the same shas; when DEST already has every
 branch and tag at the expected commit, DEST is left untouched.
 
+DEST must be this script's own repository (it prunes branches and resets the
+checkout): a path that does not exist, an empty directory, or a repository it
+made before (marked in its git config, or holding only its branches and tags
+with a clean checkout). Anything else is refused, with exit status 2.
+
 Import: make_sim_repo.build(Path(dest)) -> {tag: sha}. Needs only python3 and git.
 """
 
+import argparse
 import os
 import re
 import shutil
@@ -165,6 +171,38 @@ def _materialize(gitdir):
     return shas, refs
 
 
+MARK_KEY = "ds4sim.madeby"
+MARK = "make_sim_repo.py"
+
+
+class NotOwnRepository(ValueError):
+    """DEST holds something this script did not make: rewriting it would lose work."""
+
+
+def _check_own(dest, planned_refs):
+    """Refuse a DEST that is not ours: it would be pruned and hard-reset."""
+    if not dest.exists():
+        return
+    if not dest.is_dir():
+        raise NotOwnRepository("%s exists and is not a directory" % dest)
+    entries = [p.name for p in dest.iterdir()]
+    if not entries:
+        return
+    if not (dest / ".git").exists():
+        raise NotOwnRepository("%s is neither empty nor a git repository made by %s" % (dest, MARK))
+    if _git(["-C", str(dest), "config", "--get", MARK_KEY], check=False) == MARK:
+        return
+    refs = _current_refs(dest) or {}
+    dirty = _git(["-C", str(dest), "status", "--porcelain"], check=False)
+    if refs and set(refs) <= set(planned_refs) and not dirty:
+        return  # made by an earlier version of this script, before the mark
+    foreign = sorted(set(refs) - set(planned_refs))[:3]
+    why = ("it has other branches or tags (%s)" % ", ".join(foreign) if foreign else
+           "its checkout has changes" if dirty else "it holds no commit of the simulated engine")
+    raise NotOwnRepository("%s is a git repository this script did not make: %s. Refusing to prune and reset "
+                           "it; give a new directory" % (dest, why))
+
+
 def _current_refs(dest):
     if not (dest / ".git").exists() and not (dest / "HEAD").exists():
         return None
@@ -186,12 +224,14 @@ def build(dest):
         _git(["init", "-q", "--bare", gitdir])
         shas, refs = _materialize(gitdir)
         tags = {r[len("refs/tags/"):]: s for r, s in refs.items() if r.startswith("refs/tags/")}
+        _check_own(dest, refs)
         current = _current_refs(dest)
         if current is not None and current == refs:
             return tags
         if current is None:
             dest.mkdir(parents=True, exist_ok=True)
             _git(["init", "-q", "-b", "main", str(dest)])
+        _git(["-C", str(dest), "config", MARK_KEY, MARK])
         for ref, sha in refs.items():
             _git(["--git-dir", gitdir, "update-ref", ref, sha])
         _git(["-C", str(dest), "fetch", "-q", "--force", "--prune", "--update-head-ok", "--no-tags", gitdir,
@@ -204,10 +244,20 @@ def build(dest):
 
 
 def main(argv):
-    if len(argv) != 2:
-        sys.stderr.write("usage: make_sim_repo.py DEST\n")
+    parser = argparse.ArgumentParser(prog="make_sim_repo.py", description=__doc__.split("\n\n")[0],
+                                     epilog="See the top of this file for the history it writes.")
+    parser.add_argument("dest", metavar="DEST", help="where the repository is created or refreshed (a new "
+                                                     "directory, or one this script made)")
+    try:
+        args = parser.parse_args(argv[1:])
+    except SystemExit as exc:
+        return exc.code
+    try:
+        tags = build(Path(args.dest))
+    except NotOwnRepository as exc:
+        sys.stderr.write("make_sim_repo.py: %s\n" % exc)
         return 2
-    for tag, sha in sorted(build(Path(argv[1])).items()):
+    for tag, sha in sorted(tags.items()):
         print("%s %s" % (sha, tag))
     return 0
 

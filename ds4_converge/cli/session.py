@@ -75,10 +75,14 @@ class Session:
         if self.ctx is None:
             from ds4_converge.core.context import make_context
             from ds4_converge.spec.hostpaths import UnknownVariable
+            from ds4_converge.spec.loader import SpecInvalid
 
             loaded = self.load_spec()
             try:
                 self.ctx = make_context(loaded, say=lambda message: None, **kwargs)
+            except SpecInvalid as exc:  # the spec does not fit this host (an unknown server.user, paths.root)
+                raise CliError(INVALID, "invalid", f"{self.args.spec}: invalid spec", lines=exc.problems,
+                               problems=[p.to_json() for p in exc.located]) from None
             except UnknownVariable as exc:
                 raise self._invalid("paths.root", str(exc)) from None
             except KeyError as exc:  # pwd.getpwnam: the service user does not exist here

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ds4_converge.core.layout import Layout
-from ds4_converge.core.state import Deployment, State
+from ds4_converge.core.state import Deployment, State, StateUnreadable
 from ds4_converge.engine.release import BuildRequest, Release, Toolkit
-from ds4_converge.spec.hostpaths import expand
-from ds4_converge.spec.loader import LoadedSpec
+from ds4_converge.spec.hostpaths import UnknownVariable, expand
+from ds4_converge.spec.loader import LoadedSpec, SpecInvalid
+from ds4_converge.spec.values import check_root
 from ds4_converge.spec.model import Spec
 
 if TYPE_CHECKING:
@@ -102,8 +103,17 @@ class Context:
         return f"http://{self.spec.server.host}:{self.spec.server.port}"
 
 
+def service_account(loaded: LoadedSpec) -> tuple[str, str]:
+    """(name, HOME) of the user the engine runs as; an unknown server.user is a spec error on this host."""
+    try:
+        return _account(loaded.spec.server.user)
+    except KeyError:
+        raise SpecInvalid([loaded.locate("server.user", f"no user {loaded.spec.server.user!r} on this host")]) \
+            from None
+
+
 def _host_path(loaded: LoadedSpec, raw: str) -> Path:
-    user, home = _account(loaded.spec.server.user)
+    user, home = service_account(loaded)
     return expand(raw, home=home, user=user, env=os.environ, base_dir=loaded.base_dir)
 
 
@@ -115,6 +125,19 @@ def _account(user: str | None) -> tuple[str, str]:
 
 
 def make_context(loaded: LoadedSpec, **kwargs) -> Context:
-    """Raises hostpaths.UnknownVariable when paths.root names a variable this host does not have."""
-    layout = Layout(_host_path(loaded, loaded.spec.paths.root))
-    return Context(loaded=loaded, layout=layout, state=State.load(layout.state_file), **kwargs)
+    """Raises SpecInvalid (FILE:LINE:COL) when the spec does not fit this host: an unknown server.user, or a
+    paths.root that names a variable this host lacks or expands to something config files cannot hold."""
+    service_account(loaded)
+    try:
+        root = _host_path(loaded, loaded.spec.paths.root)
+        check_root(str(root), expanded=True)
+    except (UnknownVariable, ValueError) as exc:
+        raise SpecInvalid([loaded.locate("paths.root", f"{exc} (as expanded on this host)")]) from None
+    layout = Layout(root)
+    try:
+        state = State.load(layout.state_file)
+    except StateUnreadable as exc:
+        from ds4_converge.core.recovery import rebuilt_state  # only for a damaged state.json
+
+        state = rebuilt_state(layout, loaded.spec.server.name, str(exc))
+    return Context(loaded=loaded, layout=layout, state=state, **kwargs)

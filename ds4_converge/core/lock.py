@@ -14,6 +14,24 @@ class LockHeld(Ds4Error):
         self.path, self.holder = path, holder
 
 
+def lock_holders(fd: int) -> str:
+    """PIDs holding a flock on fd's file, from the kernel (/proc/locks), not from the file's text: the holder
+    writes its PID only after it got the lock, so the text can be empty or an earlier holder's for a moment."""
+    st = os.fstat(fd)
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pids = []
+    try:
+        with open("/proc/locks") as locks:
+            for line in locks:
+                fields = line.split()
+                # "1: FLOCK  ADVISORY  WRITE 1234 08:02:5678 0 EOF"; blocked waiters are marked "->"
+                if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == inode and fields[4].isdigit():
+                    pids.append(fields[4])
+    except OSError:
+        return ""
+    return ", ".join(dict.fromkeys(pids))
+
+
 class RunLock:
     """`read_only` (check mode): a shared lock that creates and writes nothing; a writer still excludes it."""
 
@@ -38,7 +56,7 @@ class RunLock:
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if self.read_only else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            holder = lock_holders(fd) or os.pread(fd, 32, 0).decode(errors="replace").strip()
             os.close(fd)
             raise LockHeld(self.path, holder) from None
         if not self.read_only:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from ds4_converge.core import interrupts
 from ds4_converge.core import plan as plans
 from ds4_converge.core.context import Context
+from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.plan import RoleFailed, RolePlan, RoleResult
 from ds4_converge.engine import role as engine
 from ds4_converge.errors import Ds4Error
@@ -20,6 +21,7 @@ from ds4_converge.models import role as models
 from ds4_converge.models.placement import placements
 from ds4_converge.preflight import role as preflight
 from ds4_converge.preflight.scope import fact_request
+from ds4_converge.service import guard
 from ds4_converge.service import role as service
 from ds4_converge.toolchain import role as toolchain
 
@@ -38,6 +40,7 @@ class Outcome:
     endpoint: str | None = None
     error: str = ""
     detail: str = ""
+    exception: BaseException | None = field(default=None, repr=False)  # for --debug; never in the JSON
 
     @property
     def changed(self) -> bool:
@@ -61,19 +64,43 @@ def converge(ctx: Context, *, diff: bool = False, roles: Sequence = ROLES,
              revert: Callable[[Context, Outcome], None] | None = None) -> Outcome:
     """`roles` and `revert` are seams for tests (fake roles); a run uses the real ones."""
     revert = revert or revert_to_last_good
-    if ctx.facts is None:
-        ctx.facts = gather_facts(ctx)
+    damaged = ctx.state.damaged
+    if damaged:
+        ctx.say(f"warning: {damaged}")
+    try:
+        if ctx.facts is None:
+            ctx.facts = gather_facts(ctx)
+    except BaseException as exc:  # noqa: BLE001 - nothing changed yet: a clean failure is enough
+        outcome = Outcome(ok=True)
+        return _failed(ctx, outcome, roles, revert, roles[0].NAME, _unexpected(exc, outcome), plan=None,
+                       diff=diff, done=[])
+    repaired = None
+    if not ctx.check and ctx.layout.root.exists():
+        crash_point("started")
+        repaired = guard.recover_stale(ctx.layout)  # a run that died mid-switch, and no guard repaired it
+        if repaired:
+            ctx.say(repaired)
     outcome = Outcome(ok=True)
     try:
         _run(ctx, outcome, roles, revert, diff)
     except KeyboardInterrupt as exc:
-        # Ctrl-C or SIGTERM (interrupts.Interrupted) anywhere in the run — in a role, between two, while a line
-        # prints — after the old engine was stopped must not leave the box without one. Nothing learned is
-        # written: the run was cut short (and may not even hold the lock yet).
+        # Ctrl-C or SIGTERM (interrupts.Interrupted) between two roles or while a line prints (inside a role the
+        # role's own net catches it): after the old engine was stopped the box must not be left without one.
+        # Nothing learned is written: the run was cut short (and may not even hold the lock yet).
         finished = {r.name for r in outcome.results}
         role = next((r.NAME for r in roles if r.NAME not in finished), roles[-1].NAME)
         why = f"interrupted ({exc})" if str(exc) else "interrupted (SIGINT)"
         return _failed(ctx, outcome, roles, revert, role, RoleFailed(why), plan=None, diff=diff, done=[])
+    finally:
+        if ctx.switched and not ctx.check:
+            guard.disarm(ctx.layout)  # settled: proven, reverted, or reported as failed with what serves
+    if repaired and outcome.results:
+        outcome.results[0].warnings.insert(0, repaired)
+    if damaged and outcome.results:
+        outcome.results[0].warnings.insert(0, f"state: {damaged}")
+    if damaged and outcome.ok and not ctx.check and ctx.state.damaged:  # nothing saved it: record what was rebuilt
+        ctx.before_change()
+        ctx.state.save(ctx.layout.state_file)
     ctx.remember_learned()  # not after an exception: another run's lock, say, means this one may write nothing
     return outcome
 
@@ -85,8 +112,11 @@ def _run(ctx: Context, outcome: Outcome, roles: Sequence, revert, diff: bool) ->
         while True:
             try:
                 plan = role.plan(ctx)
-            except APPLY_ERRORS as exc:
+            except Ds4Error as exc:
                 return _failed(ctx, outcome, roles, revert, role.NAME, exc, plan=None, diff=diff, done=changes)
+            except BaseException as exc:  # noqa: BLE001 - a plan changes nothing: a clean failure is enough
+                return _failed(ctx, outcome, roles, revert, role.NAME, _unexpected(exc, outcome), plan=None,
+                               diff=diff, done=changes)
             if plan.errors:
                 message = "; ".join(str(f) for f in plan.errors)
                 return _failed(ctx, outcome, roles, revert, role.NAME, RoleFailed(message), plan=plan, diff=diff,
@@ -96,8 +126,13 @@ def _run(ctx: Context, outcome: Outcome, roles: Sequence, revert, diff: bool) ->
             ctx.before_change()
             try:
                 messages.append(plans.apply(ctx, plan))
-            except APPLY_ERRORS as exc:
+            except Ds4Error as exc:
                 return _failed(ctx, outcome, roles, revert, role.NAME, exc, plan=plan, diff=diff, done=changes)
+            except BaseException as exc:  # noqa: BLE001
+                # whatever it is (a bug, OSError, Ctrl-C, SIGTERM), once the old engine was stopped the box must
+                # not be left without one: revert first, then report
+                return _failed(ctx, outcome, roles, revert, role.NAME, _unexpected(exc, outcome), plan=plan,
+                               diff=diff, done=changes)
             changes += plan.changes
             if not plan.replan:
                 break
@@ -149,11 +184,47 @@ def _fail_and_revert(ctx: Context, outcome: Outcome, roles: Sequence, revert, ro
     for skipped in [r.NAME for r in roles if r.NAME not in finished]:
         _record(ctx, outcome, RoleResult(skipped, "skipped", f"not run: {role} failed"))
     if ctx.switched and not ctx.check:
-        revert(ctx, outcome)
+        try:
+            revert(ctx, outcome)
+        except BaseException as exc:  # noqa: BLE001 - the revert is guarded: say what failed and what serves
+            outcome.exception = outcome.exception or exc
+            reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+            outcome.error += f"; the revert failed too ({reason}); serving now: {serving(ctx)}"
     current = ctx.state.current
     outcome.release = current.release if current else None
     outcome.endpoint = current.endpoint if current else None
     return outcome
+
+
+def _unexpected(exc: BaseException, outcome: Outcome) -> RoleFailed:
+    """A clean one-line failure for any exception; the exception itself is kept for --debug and the log."""
+    outcome.exception = exc
+    if isinstance(exc, KeyboardInterrupt):
+        return RoleFailed("interrupted")
+    if isinstance(exc, SystemExit):
+        return RoleFailed(f"interrupted (exit {exc.code})")
+    if isinstance(exc, (OSError, xmlrpc.client.Error)):
+        return RoleFailed(str(exc) or type(exc).__name__)
+    return RoleFailed(f"unexpected {type(exc).__name__}: {exc}")
+
+
+def serving(ctx: Context) -> str:
+    """What runs under this root right now, in words, for a report after things went wrong."""
+    from ds4_converge.service.render import read_program_conf
+
+    name = ctx.spec.server.name
+    try:
+        info = ctx.supervisor.info(name) if ctx.supervisor.is_running(settle=5) else None
+    except Exception as exc:  # noqa: BLE001 - we are reporting on a failure: never fail the report
+        return f"unknown (supervisord: {exc})"
+    if not info or info["statename"] not in ("RUNNING", "STARTING"):
+        return "nothing"
+    try:
+        release = read_program_conf(ctx.layout.program_conf(name).read_text())[0]
+    except OSError:
+        release = None
+    state = "" if info["statename"] == "RUNNING" else f", {info['statename'].lower()}"
+    return f"{name} (pid {info['pid']}{state}) on release {release or 'unknown'}"
 
 
 def revert_to_last_good(ctx: Context, outcome: Outcome) -> None:
@@ -172,15 +243,15 @@ def revert_to_last_good(ctx: Context, outcome: Outcome) -> None:
             return
         if failed is not None and failed.same_config(last_good):
             outcome.error += (f"; last good ({last_good.release}) is this same config, so there is nothing to "
-                              f"revert to")
+                              f"revert to; serving now: {serving(ctx)}")
             return
         ctx.say(f"reverting to last good release {last_good.release}")
-        service.switch_to(ctx, last_good)
+        service.switch_to(ctx, last_good, reason="revert")
         # last good passed its soak already: prove it answers, don't make the outage longer
         wait_healthy(probe.target(ctx), probe.process_state(ctx), soak=False)
     except (*APPLY_ERRORS, Unhealthy) as exc:
         target = last_good.release if last_good else "a stopped engine"
-        outcome.error += f"; revert to {target} failed too: {exc}"
+        outcome.error += f"; revert to {target} failed too: {exc}; serving now: {serving(ctx)}"
         return
     outcome.reverted = True
     outcome.error += f"; reverted to {last_good.release}"

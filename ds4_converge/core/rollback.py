@@ -8,6 +8,7 @@ from ds4_converge.core.reconciler import APPLY_ERRORS, Outcome
 from ds4_converge.health import role as probe
 from ds4_converge.health.probe import Unhealthy, wait_healthy
 from ds4_converge.service import role as service
+from ds4_converge.service.guard import disarm
 
 
 def rollback(ctx: Context) -> Outcome:
@@ -24,7 +25,7 @@ def rollback(ctx: Context) -> Outcome:
         if not ctx.supervisor.is_running():
             ctx.supervisor.start_daemon()
         with interrupts.shielded():  # once the running engine is stopped, the target must be started
-            service.switch_to(ctx, target)
+            service.switch_to(ctx, target, reason="rollback")
         pid = wait_healthy(probe.target(ctx), probe.process_state(ctx))
     except Unhealthy as exc:
         return Outcome(ok=False, release=target.release, error=f"rollback: {target.release} is not healthy: {exc}",
@@ -32,6 +33,8 @@ def rollback(ctx: Context) -> Outcome:
     except APPLY_ERRORS as exc:  # supervisord refused or is gone: a message, never a traceback
         return Outcome(ok=False, release=target.release, error=f"rollback to {target.release} failed: {exc}",
                        results=[RoleResult("rollback", "failed", str(exc))])
+    finally:
+        disarm(ctx.layout)  # settled either way: the report says what runs
     state.bless(target)
     state.save(ctx.layout.state_file)
     return Outcome(ok=True, release=target.release, endpoint=target.endpoint,

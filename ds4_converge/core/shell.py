@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections import deque
 from pathlib import Path
@@ -10,29 +11,65 @@ from ds4_converge.errors import Ds4Error
 
 
 class CommandFailed(Ds4Error):
-    def __init__(self, argv: list[str], returncode: int, tail: str):
-        super().__init__(f"{' '.join(argv[:3])}… exited {returncode}", tail)
-        self.argv, self.returncode, self.tail = argv, returncode, tail
+    """A command exited non-zero, could not start, or ran past its timeout (`returncode` None then)."""
+
+    def __init__(self, argv: list[str], returncode: int | None, tail: str, *, timed_out: float | None = None):
+        if timed_out is not None:
+            self.what = f"timed out after {timed_out:.0f}s"
+        else:
+            self.what = f"exited {returncode}" if returncode is not None else "could not be started"
+        super().__init__(f"{' '.join(argv[:3])}… {self.what}", tail)
+        self.argv, self.returncode, self.tail, self.timed_out = argv, returncode, tail, timed_out
 
 
 def run(argv: list[str], *, cwd: Path | None = None, env: dict | None = None, log: Path | None = None,
         timeout: float | None = None, input: bytes | None = None) -> str:
-    """Run argv; return stdout (or append it to `log`). Raise CommandFailed with the output's tail."""
+    """Run argv; return stdout (or append it to `log`). Raise CommandFailed with the output's tail.
+
+    The command gets its own process group, so a timeout kills make's compilers and git's helpers too, not
+    only the direct child (they would keep writing into a tree we are about to remove)."""
     full_env = {**os.environ, **(env or {})}
     if log is None:
-        proc = subprocess.run(argv, cwd=cwd, env=full_env, capture_output=True, timeout=timeout, input=input)
-        if proc.returncode:
-            raise CommandFailed(argv, proc.returncode, (proc.stderr or proc.stdout).decode(errors="replace")[-4000:])
-        return proc.stdout.decode(errors="replace")
+        stdout, code = _run(argv, cwd, full_env, timeout, input, subprocess.PIPE, subprocess.PIPE)
+        if code:
+            raise CommandFailed(argv, code, (stdout[1] or stdout[0]).decode(errors="replace")[-4000:])
+        return stdout[0].decode(errors="replace")
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as handle:
         handle.write(f"$ {' '.join(argv)}\n".encode())
         handle.flush()
-        proc = subprocess.run(argv, cwd=cwd, env=full_env, stdout=handle, stderr=subprocess.STDOUT,
-                              timeout=timeout, input=input)
-    if proc.returncode:
-        raise CommandFailed(argv, proc.returncode, tail(log))
+        _, code = _run(argv, cwd, full_env, timeout, input, handle, subprocess.STDOUT, log=log)
+    if code:
+        raise CommandFailed(argv, code, tail(log))
     return ""
+
+
+def _run(argv, cwd, env, timeout, input, stdout, stderr, log: Path | None = None):
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=stdout, stderr=stderr,
+                                stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                                start_new_session=True)
+    except OSError as exc:
+        raise CommandFailed(argv, None, f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+    try:
+        out = proc.communicate(input=input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out = proc.communicate()
+        text = tail(log) if log else (out[1] or out[0] or b"").decode(errors="replace")[-4000:]
+        raise CommandFailed(argv, None, text, timed_out=timeout) from None
+    except BaseException:
+        _kill_group(proc)  # interrupted: leave no half-finished command behind
+        proc.wait()
+        raise
+    return out, proc.returncode
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
 
 
 def tail(path: Path, lines: int = 30) -> str:

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import os
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -31,10 +32,30 @@ class Deployment:
 HISTORY = 5
 
 
+def _deployment(data) -> Deployment:
+    """A Deployment from JSON, refusing anything of the wrong shape (a torn or hand-edited file)."""
+    if not isinstance(data, dict) or set(data) - {f.name for f in fields(Deployment)}:
+        raise ValueError(f"not a deployment: {str(data)[:80]}")
+    deployment = Deployment(**data)
+    if not (isinstance(deployment.release, str) and isinstance(deployment.program_conf, str)
+            and isinstance(deployment.endpoint, str) and isinstance(deployment.recorded_at, str)
+            and isinstance(deployment.command, list) and all(isinstance(a, str) for a in deployment.command)
+            and isinstance(deployment.model_files, list)
+            and all(isinstance(f, str) for f in deployment.model_files)):
+        raise ValueError(f"a deployment with fields of the wrong type: {deployment.release!r}")
+    return deployment
+
+
+class StateUnreadable(Exception):
+    pass
+
+
 @dataclass
 class State:
     current: Deployment | None = None
     good: list[Deployment] = field(default_factory=list)  # oldest first; the last one is "last good"
+    # why state.json could not be read; the file is set aside (renamed, never deleted) on the next save
+    damaged: str | None = field(default=None, compare=False)
 
     @property
     def last_good(self) -> Deployment | None:
@@ -53,13 +74,23 @@ class State:
 
     @classmethod
     def load(cls, path: Path) -> State:
+        """The recorded state; raises StateUnreadable for a torn, corrupt or unreadable file."""
         if not path.exists():
             return cls()
-        data = json.loads(path.read_text())
-        current = Deployment(**data["current"]) if data.get("current") else None
-        return cls(current=current, good=[Deployment(**d) for d in data.get("good", [])])
+        try:
+            data = json.loads(path.read_bytes())
+            if not isinstance(data, dict) or not isinstance(data.get("good", []), list):
+                raise ValueError("not a state document")
+            current = _deployment(data["current"]) if data.get("current") else None
+            return cls(current=current, good=[_deployment(d) for d in data.get("good", [])])
+        except (OSError, ValueError, TypeError) as exc:  # UnicodeDecodeError and JSONDecodeError included
+            raise StateUnreadable(f"{path} cannot be read ({type(exc).__name__}: {str(exc)[:200]})") from None
 
     def save(self, path: Path) -> None:
+        if self.damaged and path.exists():
+            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+            os.replace(path, path.with_name(f"{path.name}.damaged-{stamp}"))  # kept for whoever investigates
+        self.damaged = None
         data = {"current": asdict(self.current) if self.current else None,
                 "good": [asdict(d) for d in self.good]}
         write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")

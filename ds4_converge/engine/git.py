@@ -1,4 +1,8 @@
-"""The engine's git repository: resolve a version to a commit (read-only) and export a commit's tree."""
+"""The engine's git repository: resolve a version to a commit (read-only) and export a commit's tree.
+
+The URL and ref come from the spec or from an installer: git never reads them as options (they follow `--`, and
+the spec refuses values that begin with '-'), and git may use only the transports we mean (GIT_ALLOW_PROTOCOL).
+"""
 from __future__ import annotations
 
 import re
@@ -6,8 +10,17 @@ from pathlib import Path
 
 from ds4_converge.core.shell import CommandFailed, run
 from ds4_converge.errors import Ds4Error
+from ds4_converge.spec.values import GIT_PROTOCOLS
 
 SHA = re.compile(r"^[0-9a-f]{40}$")
+FETCH_TIMEOUT_S = 1800
+# git's own allow-list (it overrides protocol.allow): no ext::, fd::, http:// or git://, in submodules neither;
+# no credential prompt that would hang a run under Ansible or systemd
+GIT_ENV = {"GIT_ALLOW_PROTOCOL": ":".join(GIT_PROTOCOLS), "GIT_TERMINAL_PROMPT": "0"}
+
+
+def git(*args: str, timeout: float | None = 120) -> str:
+    return run(["git", *args], env=GIT_ENV, timeout=timeout)
 
 
 class RepoError(Ds4Error):
@@ -50,7 +63,7 @@ class EngineRepo:
         if SHA.match(ref):
             return ref, "commit"
         try:
-            found = parse_ls_remote_kind(run(["git", "ls-remote", self.url, ref, f"{ref}^{{}}"], timeout=120), ref)
+            found = parse_ls_remote_kind(git("ls-remote", "--", self.url, ref, f"{ref}^{{}}"), ref)
         except CommandFailed as exc:
             cached = self._cached(ref)
             if cached is None:
@@ -64,15 +77,16 @@ class EngineRepo:
         if not self.cache.exists():
             return None
         try:
-            return run(["git", "-C", str(self.cache), "rev-parse", "--verify", "-q", f"{ref}^{{commit}}"]).strip()
+            return git("-C", str(self.cache), "rev-parse", "--verify", "-q", "--end-of-options",
+                       f"{ref}^{{commit}}").strip()
         except CommandFailed:
             return None
 
     def has(self, commit: str) -> bool:
         try:
-            run(["git", "-C", str(self.cache), "cat-file", "-e", f"{commit}^{{commit}}"])
+            git("-C", str(self.cache), "cat-file", "-e", f"{commit}^{{commit}}")
             return True
-        except (CommandFailed, FileNotFoundError, NotADirectoryError):
+        except CommandFailed:
             return False
 
     def fetch(self, commit: str) -> None:
@@ -81,11 +95,11 @@ class EngineRepo:
             return
         if not (self.cache / "HEAD").exists():
             self.cache.parent.mkdir(parents=True, exist_ok=True)
-            run(["git", "init", "--quiet", "--bare", str(self.cache)])
-        run(["git", "-C", str(self.cache), "fetch", "--quiet", "--force", "--tags", self.url,
-             "+refs/heads/*:refs/heads/*"], timeout=1800)
+            git("init", "--quiet", "--bare", "--", str(self.cache))
+        git("-C", str(self.cache), "fetch", "--quiet", "--force", "--tags", "--", self.url,
+            "+refs/heads/*:refs/heads/*", timeout=FETCH_TIMEOUT_S)
         if not self.has(commit):
-            run(["git", "-C", str(self.cache), "fetch", "--quiet", self.url, commit], timeout=1800)
+            git("-C", str(self.cache), "fetch", "--quiet", "--", self.url, commit, timeout=FETCH_TIMEOUT_S)
         if not self.has(commit):
             raise RepoError(f"{self.url}: commit {commit} not found after fetching")
 
@@ -96,7 +110,7 @@ class EngineRepo:
         dest.mkdir(parents=True)
         archive = dest.parent / f".{dest.name}.tar"
         try:
-            run(["git", "-C", str(self.cache), "archive", "--format=tar", "-o", str(archive), commit])
+            git("-C", str(self.cache), "archive", "--format=tar", "-o", str(archive), commit, timeout=600)
             with tarfile.open(archive) as tar:
                 tar.extractall(dest, filter="tar")
         finally:

@@ -15,12 +15,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ds4_converge.engine.git import EngineRepo
+from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.shell import CommandFailed, run, tail
 from ds4_converge.errors import Ds4Error
 
 RECORD = "ds4-converge-release.json"
+MAKE_TIMEOUT_S = 3600
 FLAG = re.compile(r"(?:(?<=\s)|(?<=,)|(?<=\|)|^)(--?[A-Za-z][A-Za-z0-9-]*)")
 OPTION_LINE = re.compile(r"^ {0,4}-")
 
@@ -123,9 +125,13 @@ def load(layout: Layout, release_id: str) -> Release | None:
     record = path / RECORD
     if not record.exists() or not (path / "ds4-server").exists():
         return None
-    data = json.loads(record.read_text())
-    return Release(id=release_id, path=path, commit=data["commit"], ref=data["ref"], target=data["target"],
-                   cuda_arch=data["cuda_arch"], toolkit=Toolkit(**data["toolkit"]), flags=frozenset(data["flags"]))
+    try:
+        data = json.loads(record.read_text())
+        return Release(id=release_id, path=path, commit=data["commit"], ref=data["ref"], target=data["target"],
+                       cuda_arch=data["cuda_arch"], toolkit=Toolkit(**data["toolkit"]),
+                       flags=frozenset(data["flags"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # a torn record: the release is built again rather than trusted
 
 
 def build(layout: Layout, repo: EngineRepo, request: BuildRequest) -> Release:
@@ -135,10 +141,12 @@ def build(layout: Layout, repo: EngineRepo, request: BuildRequest) -> Release:
     log = layout.build_log(request.release_id)
     shutil.rmtree(partial, ignore_errors=True)  # an earlier build that died half-way
     log.unlink(missing_ok=True)
+    built = False
     try:
         repo.fetch(request.commit)
         repo.export(request.commit, partial)
-        run(request.make_argv(), cwd=partial, log=log, timeout=3600)
+        crash_point("build-exported")
+        run(request.make_argv(), cwd=partial, log=log, timeout=MAKE_TIMEOUT_S)
         server = partial / "ds4-server"
         if not server.exists():
             raise BuildFailed(f"make {request.target} finished but built no ds4-server", log)
@@ -146,16 +154,19 @@ def build(layout: Layout, repo: EngineRepo, request: BuildRequest) -> Release:
             flags = help_flags(server)
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
             raise BuildFailed(f"the built ds4-server does not run: {exc}", log) from None
+        built = True
+        crash_point("build-made")
     except CommandFailed as exc:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise BuildFailed(f"{' '.join(exc.argv[:4])} failed with exit {exc.returncode}", log) from None
-    except BuildFailed:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
+        raise BuildFailed(f"{' '.join(exc.argv[:4])} {exc.what}", log) from None
+    finally:
+        if not built:  # failed, timed out or interrupted: no half-built tree is left for anyone to trust
+            shutil.rmtree(partial, ignore_errors=True)
     record = {"commit": request.commit, "ref": request.ref, "target": request.target,
               "cuda_arch": request.cuda_arch, "toolkit": asdict(request.toolkit), "flags": sorted(flags)}
     write_atomic(partial / RECORD, json.dumps(record, indent=2) + "\n")
     shutil.copy2(log, partial / "build.log")
+    if final.exists():  # a tree whose record was torn (load() refused it): replaced by this complete one
+        shutil.rmtree(final)
     os.replace(partial, final)
     return load(layout, request.release_id)
 

@@ -12,17 +12,19 @@ import subprocess
 from functools import partial
 
 from ds4_converge.core.context import Context
+from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.plan import Change, RoleFailed, RolePlan
 from ds4_converge.engine import release as releases
 from ds4_converge.engine.git import SHA, EngineRepo, RepoError
 from ds4_converge.engine.installer import InstallerError, read_pin
+from ds4_converge.spec.values import is_remote
 
 NAME = "engine"
 
 
 def _repo_url(ctx: Context, pinned_repo: str | None) -> str:
     url = ctx.spec.engine.repo or pinned_repo
-    if "://" in url or url.startswith("git@"):
+    if is_remote(url):
         return url
     return str(ctx.host_path(url))  # a local path, relative to the spec file
 
@@ -125,4 +127,5 @@ def _build(ctx: Context, *, repo: EngineRepo, request: releases.BuildRequest) ->
         raise RoleFailed(f"build failed: {exc}; the serving release is untouched (log: {exc.log})", exc.tail) from None
     except RepoError as exc:
         raise RoleFailed(str(exc)) from None
+    crash_point("release-built")
     return f"built {ctx.release.id} ({ctx.release.ref})"

@@ -5,6 +5,8 @@ import re
 from dataclasses import replace
 
 from ds4_converge.core.context import Context
+from ds4_converge.core.crashpoints import crash_point
+from ds4_converge.service.guard import disarm
 from ds4_converge.core.plan import Change, RoleFailed, RolePlan
 from ds4_converge.health import bench, gate, warmup
 from ds4_converge.health.probe import NotReady, ProbeTarget, Unhealthy, check_models, wait_healthy
@@ -68,9 +70,28 @@ def plan(ctx: Context) -> RolePlan:
                         reason=f"probe the new engine ({ladder})")
     try:
         check_models(ctx.endpoint)
-    except (NotReady, Unhealthy) as exc:
+    except NotReady as exc:
+        # the config is last good and supervisord runs it, but it does not answer yet: supervisord restarted it
+        # after a crash and it is loading. Wait for it (up to deadline_s) instead of failing.
+        state, pid, _ = process_state(ctx)()
+        if state not in ("RUNNING", "STARTING"):
+            raise RoleFailed(f"{ctx.endpoint} is not healthy: {exc}") from None
+        return RolePlan(NAME, [Change(f"wait up to {health.deadline_s:.0f}s for {ctx.endpoint}: ds4-server (pid "
+                                      f"{pid}) is {state.lower()} but not answering yet ({exc})", action=_wait_again)],
+                        reason=f"wait for {ctx.endpoint} (supervisord restarted ds4-server; it is loading)")
+    except Unhealthy as exc:
         raise RoleFailed(f"{ctx.endpoint} is not healthy: {exc}") from None
     return RolePlan(NAME, reason=f"{ctx.endpoint} answers /v1/models; last good is {ctx.state.last_good.release}")
+
+
+def _wait_again(ctx: Context) -> str:
+    """Last good, restarted by supervisord: it must answer again; nothing new to record."""
+    ctx.say(f"waiting for {ctx.endpoint} (deadline {ctx.spec.health.deadline_s:.0f}s)")
+    try:
+        pid = wait_healthy(target(ctx), process_state(ctx), soak=False)
+    except Unhealthy as exc:
+        raise RoleFailed(f"last good release {ctx.state.last_good.release} does not come back: {exc}") from None
+    return f"healthy again (pid {pid}); release {ctx.state.last_good.release} is last good"
 
 
 def _probe(ctx: Context) -> str:
@@ -79,10 +100,13 @@ def _probe(ctx: Context) -> str:
         pid = wait_healthy(target(ctx), process_state(ctx))
     except Unhealthy as exc:
         raise RoleFailed(f"release {ctx.desired.release} is not healthy: {exc}", exc.detail) from None
+    crash_point("probed")
     measured, said = performance_gate(ctx)
     said += warm_up(ctx)
     ctx.state.bless(replace(ctx.desired.stamped(), bench=measured))
     ctx.state.save(ctx.layout.state_file)
+    disarm(ctx.layout)  # proven and recorded: the switch is settled, the guard has nothing to bring back
+    crash_point("blessed")
     # only now is the rollback target known for sure; releases outside it and keep_releases can go
     removed = prune(ctx.layout, ctx.spec.engine.keep_releases, ctx.state.releases_in_use())
     return (f"healthy (pid {pid}); " + "".join(f"{line}; " for line in said)

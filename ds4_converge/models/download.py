@@ -33,6 +33,7 @@ from ds4_converge.models.digests import DigestCache, check_in_place, hash_into, 
 from ds4_converge.errors import Ds4Error
 from ds4_converge.units import human_bytes
 from ds4_converge.spec.sources import HttpsSource, LocalSource, Source, parse_source
+from ds4_converge.core.crashpoints import crash_point
 
 CHUNK_BYTES = 256 * 1024  # also the most a cut connection can cost: a short last chunk is lost
 DEFAULT_MARGIN_BYTES = 1024**3
@@ -352,6 +353,7 @@ class _Fetch:
             if expected and digest != expected:
                 self.partial.unlink(missing_ok=True)  # corrupt bytes: the retry starts clean
                 raise ChecksumMismatch(what, expected, digest)
+        crash_point("model-partial")
         _durable_replace(self.partial, self.dest)
         if self.cache is not None:
             self.cache.remember(self.dest, digest)

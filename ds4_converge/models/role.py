@@ -11,6 +11,7 @@ from functools import partial
 from pathlib import Path
 
 from ds4_converge.core.context import Context
+from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
 from ds4_converge.engine.server_args import ModelPaths
 from ds4_converge.models.budget import estimate, judge
@@ -134,6 +135,7 @@ def _check_downloaded(ctx: Context) -> str:
     errors = [f for f in identity_findings(ctx) + budget_findings(ctx) if f.level == "error"]
     if errors:
         raise RoleFailed("; ".join(str(f) for f in errors) + "; the serving release is untouched")
+    crash_point("models-placed")
     return ""
 
 

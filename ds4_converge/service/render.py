@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.errors import Ds4Error
+from ds4_converge.service.supervisor import guard_argv
 
 # configparser (as supervisor sets it up) starts an inline comment at ';' or '#' after whitespace
 INLINE_COMMENT = re.compile(r"(?<=\s)(?=[;#])")
@@ -121,8 +122,9 @@ def _via(cache: RenderCache | None, template: str, values: dict) -> str:
 
 def supervisord_conf(layout: Layout, *, nodaemon: bool = False, cache: RenderCache | None = None) -> str:
     return _via(cache, "supervisord.conf.j2", dict(
-        socket=layout.socket, logs=layout.logs, logfile=layout.supervisord_log, pidfile=layout.supervisord_pid, root=layout.root,
-        programs=layout.program_dir, nodaemon=nodaemon))
+        socket=layout.socket, logs=layout.logs, logfile=layout.supervisord_log, pidfile=layout.supervisord_pid,
+        root=layout.root, programs=layout.program_dir, nodaemon=nodaemon,
+        guard=command_line(guard_argv(layout.root))))
 
 
 def program_conf(*, name: str, release: str, argv: list[str], directory: str, log: str, user: str | None,
@@ -134,3 +136,21 @@ def program_conf(*, name: str, release: str, argv: list[str], directory: str, lo
 
 def systemd_unit(*, name: str, command: str, stop_wait_s: int, cache: RenderCache | None = None) -> str:
     return _via(cache, "systemd.service.j2", dict(name=name, command=command, stop_wait_s=stop_wait_s))
+
+
+def read_program_conf(text: str) -> tuple[str | None, list[str], list[str]]:
+    """(release, argv, model files) of a program file this module rendered: what runs, when state.json is lost.
+
+    The inverse of program_conf: supervisor turns '%%' back into '%' and splits `command=` with shlex."""
+    release, argv, models = None, [], []
+    for line in text.splitlines():
+        if line.startswith("; ds4-server for release "):
+            release = line.removeprefix("; ds4-server for release ").split(" ", 1)[0]
+        elif line.startswith("command="):
+            try:
+                argv = shlex.split(line.removeprefix("command=").replace("%%", "%"))
+            except ValueError:
+                argv = []
+        elif line.startswith("; model ") and ": inode " in line:
+            models.append(line.removeprefix("; model ").rsplit(": inode ", 1)[0])
+    return release, argv, models

@@ -8,23 +8,25 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import subprocess
 from functools import partial
 from pathlib import Path
 
 from ds4_converge.core.context import Context
+from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.layout import write_atomic
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
+from ds4_converge.core.shell import CommandFailed, run
 from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.service import start_log
 from ds4_converge.core.state import Deployment
 from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
 from ds4_converge.models.placement import SLOTS
-from ds4_converge.service import drain, render, systemd
+from ds4_converge.service import drain, guard, render, systemd
 from ds4_converge.service.supervisor import supervisord_argv
 
 NAME = "service"
 LOCK_ENV = load_knowledge()["lock"]["env"]  # every ds4 program flock()s this file; one per instance
+SYSTEMCTL_TIMEOUT_S = 120
 
 
 def desired_deployment(ctx: Context) -> Deployment:
@@ -52,7 +54,10 @@ def desired_deployment(ctx: Context) -> Deployment:
 def _identity(path: Path) -> str:
     """The model file's identity in the config, so that new bytes under the same path restart the engine.
     Derived from stat alone: adding a sha256 to the spec later must not look like a new model."""
-    stat = path.stat()
+    try:
+        stat = path.stat()
+    except OSError:  # check mode: the models role has not downloaded it yet
+        return "inode (not downloaded yet)"
     return f"inode {stat.st_ino} size {stat.st_size} mtime_ns {stat.st_mtime_ns}"
 
 
@@ -66,7 +71,11 @@ def _read(path: Path) -> str | None:
 def plan(ctx: Context) -> RolePlan:
     name, layout, supervisor = ctx.spec.server.name, ctx.layout, ctx.supervisor
     changes: list[Change] = []
-    main_conf = render.supervisord_conf(layout, cache=ctx.renders)
+    notes: list[Finding] = []
+    try:
+        main_conf = render.supervisord_conf(layout, cache=ctx.renders)
+    except render.UnsafeValue as exc:  # paths.root is checked at validation; this guards the renderer's rule
+        raise RoleFailed(f"paths.root: cannot render supervisord's config: {exc}") from None
     if _read(layout.supervisord_conf) != main_conf:
         changes.append(Change(str(layout.supervisord_conf), _read(layout.supervisord_conf), main_conf,
                               action=partial(_write_config, path=layout.supervisord_conf, text=main_conf)))
@@ -77,15 +86,17 @@ def plan(ctx: Context) -> RolePlan:
         if _read(unit) != text:
             changes.append(Change(str(unit), _read(unit), text, action=partial(_install_unit, path=unit, text=text)))
     running = supervisor.is_running()
-    if not running:
-        changes.append(Change("start supervisord" + ("" if with_systemd else
-                                                      " directly (no systemd here: it will not come back after a reboot)"),
-                              action=partial(_start_supervisord, unit=unit if with_systemd else None)))
-    pid = supervisor.running_pid(name) if running else None
+    start = "start supervisord" + ("" if with_systemd else
+                                   " directly (no systemd here: it will not come back after a reboot)")
+    if not running and ctx.release is None:  # --check before the build; otherwise the cold start below
+        changes.append(Change(start, action=partial(_start_supervisord, unit=unit if with_systemd else None)))
+    info = supervisor.info(name) if running else None
+    # STARTING, or RUNNING but still loading: supervisord is (re)starting it; the probe waits for it
+    pid = info["pid"] if info and info["statename"] in ("RUNNING", "STARTING") else None
     current_conf = _read(layout.program_conf(name))
     # stale programs go before the switch: they would run beside ours
     changes += [Change(f"remove program {p.stem} (renamed to {name})", before=_read(p), restarts=True,
-                       action=partial(_remove_program, path=p)) for p in stale_programs(ctx)]
+                       action=partial(_remove_program, path=p, running=running)) for p in stale_programs(ctx)]
     if ctx.release is None:
         # check mode before the build: the exact command line is known only once the binary lists its flags
         changes.append(Change(f"restart {name} on release {ctx.build.release_id}", current_conf,
@@ -93,14 +104,21 @@ def plan(ctx: Context) -> RolePlan:
                               restarts=True))
     else:
         ctx.desired = desired_deployment(ctx)
-        if current_conf != ctx.desired.program_conf:
+        if not running:
+            # a cold start: supervisord starts what its program file says, so write the new one first and
+            # the engine starts once (never the old program, only to be stopped a moment later: an 81 GB load)
+            changes.append(Change(str(layout.program_conf(name)), current_conf, ctx.desired.program_conf,
+                                  restarts=True, action=partial(_cold_start, deployment=ctx.desired,
+                                                                unit=unit if with_systemd else None)))
+            notes.append(Finding("info", f"{start}, which starts {name} on release {ctx.desired.release}"))
+        elif current_conf != ctx.desired.program_conf:
             changes.append(Change(str(layout.program_conf(name)), current_conf, ctx.desired.program_conf,
                                   restarts=True, action=partial(_switch, deployment=ctx.desired)))
         elif pid is None or any(c.restarts for c in changes):
             changes.append(Change(f"start {name} (not running)" if pid is None else f"restart {name}",
                                   restarts=True, action=partial(_switch, deployment=ctx.desired)))
     ctx.restart_needed = any(c.restarts for c in changes)
-    findings = port_findings(ctx) if ctx.restart_needed else []
+    findings = notes + (port_findings(ctx) if ctx.restart_needed else [])
     if ctx.release is not None:
         findings += [Finding("info", note) for note in not_rendered(ctx.release, ctx.spec.server)]
     reason = (f"{name} runs release {ctx.release.id} (pid {pid}), config unchanged" if not changes
@@ -146,24 +164,32 @@ def _unit(ctx: Context) -> str:
 # ------------------------------------------------------------------------------------- what applying does
 
 
+def _systemctl(*args: str) -> None:
+    try:
+        run(["systemctl", *args], timeout=SYSTEMCTL_TIMEOUT_S)
+    except CommandFailed as exc:
+        raise RoleFailed(f"systemctl {' '.join(args)} {exc.what}", exc.tail) from None
+
+
 def _write_config(ctx: Context, *, path: Path, text: str) -> str:
     ctx.layout.ensure()
     write_atomic(path, text)
+    crash_point("supervisord-conf")
     return "supervisord config updated"
 
 
 def _install_unit(ctx: Context, *, path: Path, text: str) -> str:
     """Enabled, so supervisord and the engine come back after a reboot; started by _start_supervisord."""
     write_atomic(path, text)
-    subprocess.run(["systemctl", "daemon-reload"], check=True)
-    subprocess.run(["systemctl", "enable", path.name], check=True)
+    _systemctl("daemon-reload")
+    _systemctl("enable", path.name)
     return f"installed and enabled {path.name}"
 
 
 def _start_supervisord(ctx: Context, *, unit: Path | None) -> str:
     ctx.layout.ensure()
     if unit is not None:
-        subprocess.run(["systemctl", "start", unit.name], check=True)
+        _systemctl("start", unit.name)
         ctx.supervisor.wait_ready()
         return f"started supervisord ({unit.name})"
     ctx.say("no systemd on this host: starting supervisord directly (it will not come back after a reboot)")
@@ -171,8 +197,9 @@ def _start_supervisord(ctx: Context, *, unit: Path | None) -> str:
     return "started supervisord"
 
 
-def _remove_program(ctx: Context, *, path: Path) -> str:
-    ctx.supervisor.remove(path.stem)
+def _remove_program(ctx: Context, *, path: Path, running: bool = True) -> str:
+    if running:
+        ctx.supervisor.remove(path.stem)
     path.unlink(missing_ok=True)
     return f"removed program {path.stem}"
 
@@ -192,16 +219,50 @@ def _switch(ctx: Context, *, deployment: Deployment) -> str:
     return f"started {name} on release {deployment.release}{drained}"
 
 
-def switch_to(ctx: Context, deployment: Deployment) -> None:
-    """Stop what runs (whole process group) once it is idle, then start `deployment` exactly as recorded."""
+def _cold_start(ctx: Context, *, deployment: Deployment, unit: Path | None) -> str:
+    """supervisord is down: the new program file first, then supervisord, which starts the engine (autostart)."""
+    errors = [f for f in port_findings(ctx) if f.level == "error"]
+    if errors:
+        raise RoleFailed(str(errors[0]))
     name = ctx.spec.server.name
-    if ctx.supervisor.running_pid(name):
-        running = ctx.state.current.endpoint if ctx.state.current else ctx.endpoint
-        ctx.drained = drain.wait_idle(running, ctx.spec.server.drain_s, say=ctx.say)
-    ctx.supervisor.stop(name, grace=ctx.spec.server.stop_wait_s)
+    ctx.layout.ensure()
+    prepare_engine_lock(ctx)
+    ctx.switched = True  # nothing of ours runs now; from here a failure reverts to last good
+    # supervisord starts the guard (autostart) with the engine: it watches this intent from then on
+    guard.arm(ctx.layout, None, name=name, grace=ctx.spec.server.stop_wait_s, fallback=ctx.state.last_good)
+    crash_point("intent")
+    deployment = deployment.stamped()
     ctx.state.current = deployment
     ctx.state.save(ctx.layout.state_file)
     write_atomic(ctx.layout.program_conf(name), deployment.program_conf)
+    crash_point("program-written")
+    ctx.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
+    _start_supervisord(ctx, unit=unit)
+    ctx.supervisor.await_autostart(name)
+    crash_point("new-started")
+    return f"started {name} on release {deployment.release}"
+
+
+def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -> None:
+    """Stop what runs (whole process group) once it is idle, then start `deployment` exactly as recorded.
+
+    The intent is recorded and the guard armed first: if this process dies anywhere from here until the switch
+    is settled (guard.disarm), supervisord's guard brings last good back (see service/guard.py)."""
+    name, step = ctx.spec.server.name, "" if reason == "switch" else f"{reason}-"
+    if ctx.supervisor.running_pid(name):  # the engine cuts a generation on SIGTERM: wait until it is idle
+        running = ctx.state.current.endpoint if ctx.state.current else ctx.endpoint
+        ctx.drained = drain.wait_idle(running, ctx.spec.server.drain_s, say=ctx.say)
+    guard.arm(ctx.layout, ctx.supervisor, name=name, grace=ctx.spec.server.stop_wait_s,
+              fallback=ctx.state.last_good)
+    crash_point(f"{step}intent")
+    ctx.supervisor.stop(name, grace=ctx.spec.server.stop_wait_s)
+    crash_point(f"{step}old-stopped")
+    ctx.state.current = deployment
+    ctx.state.save(ctx.layout.state_file)
+    write_atomic(ctx.layout.program_conf(name), deployment.program_conf)
+    crash_point(f"{step}program-written")
     ctx.say(f"starting {name} on release {deployment.release}")
     ctx.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
     ctx.supervisor.load(name)
+    if reason == "switch":
+        crash_point("new-started")

@@ -29,6 +29,14 @@ def supervisord_argv(conf: Path, *, foreground: bool = False) -> list[str]:
     return [sys.executable, "-m", "supervisor.supervisord", *(["--nodaemon"] if foreground else []), "-c", str(conf)]
 
 
+GUARD = "ds4c.switch-guard"  # a name server.name cannot take (it allows no '.')
+
+
+def guard_argv(root: Path) -> list[str]:
+    """The switch guard (service/guard.py), run by supervisord from the same environment as this tool."""
+    return [sys.executable, "-m", "ds4_converge.service.guard", str(root)]
+
+
 KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "HOME", "USER", "LOGNAME")
 
 
@@ -75,13 +83,25 @@ class Supervisor:
     def _rpc(self):
         return xmlrpc.client.ServerProxy("http://localhost", transport=_UnixTransport(self.layout.socket)).supervisor
 
-    def is_running(self) -> bool:
-        if not self.layout.socket.exists():
-            return False
-        try:
-            return self._rpc().getState()["statename"] == "RUNNING"
-        except (OSError, xmlrpc.client.Error):
-            return False
+    def is_running(self, settle: float = 30) -> bool:
+        """True when supervisord answers. False only when nothing listens on its socket (no socket, or a stale
+        one); any other error is raised: taking a busy or unreachable supervisord for "not running" would start
+        a second one on top of it. A supervisord that is reloading is waited for (up to `settle` seconds)."""
+        deadline = time.monotonic() + settle
+        while True:
+            if not self.layout.socket.exists():
+                return False
+            try:
+                statename = self._rpc().getState()["statename"]
+            except (ConnectionRefusedError, FileNotFoundError):
+                return False  # nothing listens: the socket file of a supervisord that is gone
+            except (OSError, xmlrpc.client.Error) as exc:
+                raise SupervisorError(f"supervisord on {self.layout.socket} does not answer: {exc}") from None
+            if statename == "RUNNING":
+                return True
+            if statename not in ("RESTARTING", "SHUTDOWN") or time.monotonic() > deadline:
+                raise SupervisorError(f"supervisord on {self.layout.socket} is {statename}")
+            time.sleep(0.1)  # reloading or shutting down: ask again until it runs or its socket is gone
 
     def start_daemon(self, timeout: float = 30) -> None:
         """Start supervisord (it daemonizes) and wait until its socket answers."""
@@ -124,13 +144,14 @@ class Supervisor:
             raise
 
     def all_processes(self) -> list[dict]:
-        """Every program supervisord runs; nothing when supervisord is down or unreadable."""
+        """Every program supervisord runs; nothing when supervisord is down. An error is raised, never read as
+        "no programs": that would take our own engine for a foreign holder of the port."""
         if not self.is_running():
             return []
         try:
             return self._rpc().getAllProcessInfo()
-        except (OSError, xmlrpc.client.Error):
-            return []
+        except (OSError, xmlrpc.client.Error) as exc:
+            raise SupervisorError(f"cannot list supervisord's programs: {exc}") from None
 
     def owns(self, pids) -> set[int]:
         """Those of `pids` that are a program our supervisord runs under this root, or run below one: never a
@@ -175,6 +196,40 @@ class Supervisor:
             except xmlrpc.client.Fault as fault:
                 if fault.faultCode != _faults().ALREADY_STARTED:
                     raise
+
+    def ensure_guard(self) -> None:
+        """Make sure supervisord runs the switch guard: a supervisord started from an older supervisord.conf
+        learns it from the file now (re-read, added), and a guard that is not running is started."""
+        rpc = self._rpc()
+        added, changed, removed = rpc.reloadConfig()[0]
+        if GUARD in changed or GUARD in removed:
+            self.stop(GUARD, grace=10)
+            rpc.removeProcessGroup(GUARD)
+        if GUARD in added or GUARD in changed:
+            rpc.addProcessGroup(GUARD)
+        info = self.info(GUARD)
+        if info is None:
+            raise SupervisorError(f"supervisord has no {GUARD} program: {self.layout.supervisord_conf} is stale")
+        if info["statename"] not in ("RUNNING", "STARTING"):
+            try:
+                rpc.startProcess(GUARD, True)
+            except xmlrpc.client.Fault as fault:
+                if fault.faultCode != _faults().ALREADY_STARTED:
+                    raise SupervisorError(f"cannot start {GUARD}: {fault.faultString}") from None
+
+    def await_autostart(self, name: str, timeout: float = 10) -> None:
+        """Right after supervisord started: wait until it has spawned `name` (autostart), start it if it has not."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            info = self.info(name)
+            if info is not None and info["statename"] != "STOPPED":
+                return
+            time.sleep(0.05)
+        try:
+            self._rpc().startProcess(name, False)
+        except xmlrpc.client.Fault as fault:
+            if fault.faultCode != _faults().ALREADY_STARTED:
+                raise SupervisorError(f"supervisord did not start {name}: {fault.faultString}") from None
 
     def remove(self, name: str) -> None:
         rpc = self._rpc()

@@ -8,24 +8,32 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from ds4_converge.engine_knowledge import load as load_knowledge
-from ds4_converge.spec.sources import parse_source
+from ds4_converge.spec import values
+from ds4_converge.spec.sources import LocalSource, parse_source
+from ds4_converge.spec.values import FieldProblem
 
 TARGETS = tuple(load_knowledge()["make_targets"])  # the engine Makefile's targets
-NO_NEWLINE = re.compile(r"^[^\n\r\x00]*$")
-
-# Any string that ends up in an INI file or a command line: newlines and NULs would break both.
-SafeStr = Annotated[str, Field(pattern=NO_NEWLINE.pattern)]
+PRINTABLE = r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]*$"
 
 
-class FieldProblem(ValueError):
-    """A cross-field error that belongs to a field below the model that found it (for FILE:LINE:COL)."""
+def _number(value):
+    """Numbers mean what they look like: `true` is not 1."""
+    if isinstance(value, bool):
+        raise ValueError("a number is expected, not true/false")
+    return value
 
-    def __init__(self, path: str, message: str):
-        super().__init__(message)
-        self.path = tuple(path.split("."))
+
+# Any string that ends up in an INI file, an environment or a command line: no control characters, bounded.
+SafeStr = Annotated[str, Field(max_length=values.PATH_MAX, json_schema_extra={"pattern": PRINTABLE}),
+                    AfterValidator(values.printable)]
+# A path on the host: also short enough for the file system
+PathStr = Annotated[SafeStr, AfterValidator(values.check_host_path)]
+Int = Annotated[int, BeforeValidator(_number)]
+Seconds = Annotated[float, BeforeValidator(_number), Field(allow_inf_nan=False)]
+DAY = 86400
 
 
 class Strict(BaseModel):
@@ -35,16 +43,19 @@ class Strict(BaseModel):
 class Engine(Strict):
     """Where the engine comes from and how it is built."""
 
-    repo: SafeStr | None = Field(None, description="git URL or local path of the engine repository")
-    ref: SafeStr | None = Field(None, description="tag, branch or commit to build")
-    installer: SafeStr | None = Field(
+    repo: Annotated[SafeStr, AfterValidator(values.check_repo)] | None = Field(
+        None, description=f"git repository of the engine: {values.REPO_FORMS}")
+    ref: Annotated[SafeStr, Field(max_length=255), AfterValidator(values.check_ref)] | None = Field(
+        None, description="tag, branch or commit to build")
+    installer: Annotated[SafeStr, AfterValidator(values.not_empty)] | None = Field(
         None, description="path or URL of an install.sh; the version is its DS4_REF default (and repo its DS4_REPO)")
     commit: str | None = Field(None, pattern=r"^[0-9a-f]{40}$",
                                description="expected commit the version resolves to; a mismatch is an error")
     target: Literal[TARGETS] = "cuda-spark"
     cuda_arch: str | None = Field(None, pattern=r"^(sm_\d{2,3}a?|native)$", description="CUDA_ARCH for target cuda")
-    jobs: int | None = Field(None, ge=1, description="make -j (default: number of CPUs)")
-    keep_releases: int = Field(3, ge=1, description="built releases to keep besides the current and last-good one")
+    jobs: Int | None = Field(None, ge=1, le=1024, description="make -j (default: number of CPUs)")
+    keep_releases: Int = Field(3, ge=1, le=100,
+                               description="built releases to keep besides the current and last-good one")
     prepare: list[SafeStr] | None = Field(
         None, description="command (argv) run in the spec's directory before the repo is fetched, "
                           "e.g. to refresh a local mirror on an offline box")
@@ -65,11 +76,12 @@ class Engine(Strict):
 class Toolchain(Strict):
     """Which CUDA toolkit builds the engine. The engine's Makefile ignores PATH, so this is passed explicitly."""
 
-    cuda_home: SafeStr | None = Field(None, description="toolkit directory, e.g. /usr/local/cuda-13.2")
+    cuda_home: PathStr | None = Field(None, description="toolkit directory, e.g. /usr/local/cuda-13.2")
     min_version: str | None = Field(None, pattern=r"^\d+\.\d+$", description="lowest acceptable nvcc version")
     install_compat: bool = Field(False, description="apt-get install cuda-compat-X-Y when the driver is older")
-    search: list[SafeStr] = Field(["/usr/local/cuda*"], description="globs of toolkit directories to consider")
-    cuda_link: SafeStr = Field("/usr/local/cuda", description="the link the engine's Makefile defaults CUDA_HOME to")
+    search: list[PathStr] = Field(["/usr/local/cuda*"], max_length=64,
+                                  description="globs of toolkit directories to consider")
+    cuda_link: PathStr = Field("/usr/local/cuda", description="the link the engine's Makefile defaults CUDA_HOME to")
 
 
 HF_OR_URL_OR_PATH = "hf://ORG/REPO/FILE[@REVISION], https://… or a local path"
@@ -79,9 +91,9 @@ class ModelFile(Strict):
     """One model file: a plain path, or a source to fetch with its expected identity."""
 
     source: SafeStr = Field(description=HF_OR_URL_OR_PATH)
-    dest: SafeStr | None = Field(None, description="directory to download into (default: ROOT/models)")
+    dest: PathStr | None = Field(None, description="directory to download into (default: ROOT/models)")
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
-    size: int | None = Field(None, ge=1)
+    size: Int | None = Field(None, ge=1, le=2**50, description="bytes (at most 1 PiB)")
 
     @model_validator(mode="before")
     @classmethod
@@ -91,7 +103,8 @@ class ModelFile(Strict):
     @field_validator("source")
     @classmethod
     def _exact_name(cls, value: str) -> str:
-        parse_source(value)  # raises ValueError on a glob ('ls *.gguf | head -1' once picked the MTP draft)
+        source = parse_source(value)  # raises ValueError on a glob ('ls *.gguf | head -1' picked the MTP draft)
+        values.check_host_path(value if isinstance(source, LocalSource) else source.name)  # a path on this host
         return value
 
 
@@ -104,8 +117,8 @@ class Model(Strict):
 
 class Speculative(Strict):
     mode: Literal["off", "mtp", "dspark"] = "off"
-    draft: int = Field(1, ge=1, le=16, description="--mtp-draft (depth >= 2 is known to corrupt output upstream)")
-    margin: float | None = Field(None, gt=0, description="--mtp-margin")
+    draft: Int = Field(1, ge=1, le=16, description="--mtp-draft (depth >= 2 is known to corrupt output upstream)")
+    margin: Seconds | None = Field(None, gt=0, le=1000, description="--mtp-margin")
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -114,25 +127,33 @@ class Speculative(Strict):
         return "off" if value is False else value
 
 
+MAX_CTX = 2**24  # 16M tokens: 16x the model's 1M context, far above what fits in memory
+
+
 class Server(Strict):
     name: str = Field("ds4", pattern=r"^[a-z][a-z0-9_-]{0,30}$", description="supervisor program name")
     host: SafeStr = Field("127.0.0.1", description="IPv4 literal or localhost (the engine accepts nothing else)")
-    port: int = Field(8000, ge=1, le=65535)
-    ctx: int = Field(32768, ge=1, description="-c: context tokens allocated at start")
-    tokens: int | None = Field(None, ge=1, description="-n: default max output tokens")
-    power: int | None = Field(None, ge=1, le=100, description="--power GPU duty cycle (fork only)")
+    port: Int = Field(8000, ge=1, le=65535)
+    ctx: Int = Field(32768, ge=1, le=MAX_CTX, description="-c: context tokens allocated at start")
+    tokens: Int | None = Field(None, ge=1, le=MAX_CTX, description="-n: default max output tokens")
+    power: Int | None = Field(None, ge=1, le=100, description="--power GPU duty cycle (fork only)")
     warm_weights: bool = False
-    kv_disk_dir: SafeStr | None = None
-    kv_disk_space_mb: int | None = Field(None, ge=1)
+    kv_disk_dir: PathStr | None = None
+    kv_disk_space_mb: Int | None = Field(None, ge=1, le=2**30)
     speculative: Speculative = Speculative()
-    threads: int | None = Field(None, ge=1)
-    extra_args: list[SafeStr] = Field(default_factory=list, description="appended last; the engine takes the last")
-    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], SafeStr] = Field(default_factory=dict)
-    user: SafeStr | None = Field(None, description="run the engine as this user (supervisord must run as root)")
+    threads: Int | None = Field(None, ge=1, le=4096)
+    extra_args: Annotated[list[SafeStr], AfterValidator(values.check_extra_args)] = Field(
+        default_factory=list, max_length=256,
+        description="more ds4-server flags, appended last; flags a spec field sets are refused")
+    env: Annotated[dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=255)], SafeStr],
+                   AfterValidator(values.check_env)] = Field(default_factory=dict, max_length=256)
+    user: Annotated[str, AfterValidator(values.check_user_name),
+                    Field(json_schema_extra={"pattern": values.USER_NAME.pattern})] | None = Field(
+        None, description="run the engine as this user (supervisord must run as root)")
     expose: bool = Field(False, description="acknowledge that a non-loopback host serves an API without auth")
-    stop_wait_s: int = Field(600, ge=10, description="SIGTERM grace before SIGKILL: a loading engine finishes "
+    stop_wait_s: Int = Field(600, ge=10, le=DAY, description="SIGTERM grace before SIGKILL: a loading engine finishes "
                                                     "its load first, a serving one its prefill and KV write")
-    drain_s: float = Field(300, ge=0, description="before stopping the engine (restart, upgrade, revert), wait up to "
+    drain_s: Seconds = Field(300, ge=0, le=DAY, description="before stopping the engine (restart, upgrade, revert), wait up to "
                                                   "this long for requests in flight to finish; 0 = don't wait")
 
     @field_validator("env", mode="before")
@@ -161,29 +182,31 @@ class Server(Strict):
 
 class Smoke(Strict):
     prompt: SafeStr
-    expect: SafeStr
-    max_tokens: int = Field(64, ge=1)
+    expect: Annotated[SafeStr, AfterValidator(values.not_empty)]
+    max_tokens: Int = Field(64, ge=1, le=MAX_CTX)
 
 
 class Health(Strict):
-    deadline_s: float = Field(900, gt=0, description="time for a new engine to load and answer")
-    soak_s: float = Field(30, ge=0, description="how long it must stay healthy before it counts as good")
-    interval_s: float = Field(2, gt=0, description="pause between probes")
+    deadline_s: Seconds = Field(900, gt=0, le=DAY, description="time for a new engine to load and answer")
+    soak_s: Seconds = Field(30, ge=0, le=DAY, description="how long it must stay healthy before it counts as good")
+    interval_s: Seconds = Field(2, gt=0, le=3600, description="pause between probes")
     smoke: Smoke | None = Smoke(prompt="What is the capital of France? Answer in one word.", expect="Paris")
-    min_decode_tps: float | None = Field(
-        None, gt=0, description="performance gate: a new engine whose decode tok/s (short bench after the soak) is "
+    min_decode_tps: Seconds | None = Field(
+        None, gt=0, le=1_000_000, description="performance gate: a new engine whose decode tok/s (short bench after the soak) is "
                                 "below this is reverted like an unhealthy one")
-    max_regression: float | None = Field(
+    max_regression: Seconds | None = Field(
         None, gt=0, lt=1, description="performance gate: a new engine slower than last good's recorded decode tok/s "
                                       "by more than this fraction (0.1 = 10 %) is reverted")
-    warmup: list[SafeStr] = Field(
-        default_factory=list, description="prompt files replayed once a new engine is healthy, so the first request "
+    warmup: list[PathStr] = Field(
+        default_factory=list, max_length=64, description="prompt files replayed once a new engine is healthy, so the first request "
                                           "finds their prefix in the KV cache (text: a system prompt; .json: a "
                                           "request body with messages)")
 
 
 class Paths(Strict):
-    root: SafeStr = Field("/var/lib/ds4-converge", description="state, releases, logs and supervisor files")
+    root: Annotated[SafeStr, Field(max_length=1024), AfterValidator(values.check_root)] = Field(
+        "/var/lib/ds4-converge", description="state, releases, logs and supervisor files; letters, digits and "
+                                             "/ . _ + @ , : = ~ - only (it is written unquoted into config files)")
 
 
 class Spec(Strict):

@@ -72,10 +72,7 @@ def _install_compat(ctx: Context, *, package: str, compat: Path, why: str) -> st
     try:
         run(_install_argv(package), env={"DEBIAN_FRONTEND": "noninteractive"}, timeout=1800)
     except CommandFailed as exc:
-        raise RoleFailed(f"apt-get install {package} exited {exc.returncode}; nothing else was changed",
-                         exc.tail) from None
-    except OSError as exc:
-        raise RoleFailed(f"cannot run apt-get to install {package}: {exc}") from None
+        raise RoleFailed(f"apt-get install {package} {exc.what}; nothing else was changed", exc.tail) from None
     # what the package put there is the install's result, not a new decision: an empty compat dir would let
     # the engine load the driver's older libcuda
     if not any(p.name.startswith("libcuda.so") for p in compat.glob("libcuda.so*")):

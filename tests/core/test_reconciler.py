@@ -179,7 +179,7 @@ def failed_switch(ctx):
 
 def test_revert_puts_last_good_back_and_proves_it(failed_switch, monkeypatch):
     switched = []
-    monkeypatch.setattr(reconciler.service, "switch_to", lambda c, d: switched.append(d.release))
+    monkeypatch.setattr(reconciler.service, "switch_to", lambda c, d, **_: switched.append(d.release))
     monkeypatch.setattr("ds4_converge.health.probe.wait_healthy", lambda target, state, soak: 4242)
     outcome = reconciler.Outcome(ok=False, error="probe: unhealthy")
     reconciler.revert_to_last_good(failed_switch, outcome)
@@ -189,7 +189,7 @@ def test_revert_puts_last_good_back_and_proves_it(failed_switch, monkeypatch):
 
 @pytest.mark.parametrize("where", ["switch", "probe"])
 def test_a_revert_that_fails_too_says_so_and_raises_nothing(failed_switch, monkeypatch, where):
-    def switch(c, d):
+    def switch(c, d, **_):
         if where == "switch":
             raise SupervisorError("supervisord rejected the config")
 
@@ -202,7 +202,7 @@ def test_a_revert_that_fails_too_says_so_and_raises_nothing(failed_switch, monke
     outcome = reconciler.converge(failed_switch, roles=roles)
     assert not outcome.ok and not outcome.reverted
     cause = "supervisord rejected the config" if where == "switch" else "ds4-server is FATAL"
-    assert outcome.error == f"probe: unhealthy; revert to old failed too: {cause}"
+    assert outcome.error == f"probe: unhealthy; revert to old failed too: {cause}; serving now: nothing"
 
 
 def test_a_first_install_that_fails_is_left_stopped(ctx):

@@ -5,6 +5,7 @@ import pytest
 from supervisor.options import ServerOptions
 
 from ds4_converge.core.layout import Layout
+from ds4_converge.service.supervisor import GUARD, guard_argv
 from ds4_converge.service.render import UnsafeValue, command_line, ini_value, program_conf, supervisord_conf
 
 NASTY = ["/usr/bin/env", "A=x y;z", "B=%(here)s", "C=100%", "/opt/ds4/ds4-server", "-m", "/a b/#m ;x.gguf",
@@ -19,13 +20,22 @@ def read_back(tmp_path, argv, user=None):
                                                        log=str(tmp_path / "ds4.log"), user=user, stop_wait_s=600))
     options = ServerOptions()
     options.realize(args=["-c", str(layout.supervisord_conf)])
-    [group] = options.process_group_configs
-    return options, group.process_configs[0]
+    groups = {g.name: g for g in options.process_group_configs}
+    assert set(groups) == {"ds4", GUARD}
+    return options, groups["ds4"].process_configs[0]
 
 
 def test_nasty_values_survive_supervisor_parsing(tmp_path):
     _, program = read_back(tmp_path, NASTY)
     assert shlex.split(program.command) == NASTY
+
+
+def test_the_switch_guard_is_a_resident_program_of_supervisord(tmp_path):
+    options, _ = read_back(tmp_path, ["/bin/true"])
+    [guard] = [g for g in options.process_group_configs if g.name == GUARD]
+    program = guard.process_configs[0]
+    assert shlex.split(program.command) == guard_argv(tmp_path / "root")
+    assert program.autostart and program.autorestart
 
 
 def test_program_settings(tmp_path):

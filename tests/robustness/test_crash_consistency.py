@@ -1,0 +1,167 @@
+"""Kill a run with SIGKILL at every step boundary (DS4C_CRASH_AT, core/crashpoints.py) and show that
+- something serves in between: the guard brings last good back if the run died mid-switch (the stop -> start
+  window is closed without anyone running the tool again);
+- a plain re-run ends converged and healthy (or reverted to last good, for a broken upgrade);
+- there is exactly one supervisord and one engine for the root, no stale lock or switch intent, and no model
+  file, KV dir or older release was lost.
+"""
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from boxes import MODEL, Box, engine_pids, free_port
+from ds4_converge.core.crashpoints import ENV, POINTS
+from ds4_converge.core.lock import lock_holders
+
+REVERT_POINTS = [p for p in POINTS if p.startswith("revert-")]
+ROLLBACK_POINTS = [p for p in POINTS if p.startswith("rollback-")]
+UPGRADE_POINTS = [p for p in POINTS if p not in REVERT_POINTS + ROLLBACK_POINTS]
+COLD_POINTS = ["intent", "program-written", "new-started"]
+
+
+@pytest.fixture(scope="module")
+def crash_box(tmp_path_factory, sim_repo):
+    base = tmp_path_factory.mktemp("crash")
+    box = Box(base / "root", sim_repo, free_port())
+    box.spec["model"]["main"] = {"source": str(MODEL), "dest": str(base / "models-a")}
+    box.spec["server"]["kv_disk_dir"] = str(base / "kv")
+    box.spec["health"].update(soak_s=0.5, deadline_s=10)
+    box.baseline = dict(box.spec)
+    box.write()
+    rc, document = box.converge()
+    assert rc == 0, document
+    box.baseline_release = document["release"]
+    box.base = base
+    yield box
+    box.stop()
+
+
+def _reset(box: Box) -> None:
+    """Back to the baseline: v0.2.0 serving, no other release built, no second model directory."""
+    box.spec = {k: (dict(v) if isinstance(v, dict) else v) for k, v in box.baseline.items()}
+    box.spec["engine"] = dict(box.baseline["engine"])
+    box.write()
+    rc, document = box.converge()
+    assert rc == 0 and document["release"] == box.baseline_release, document
+    for release in (box.root / "releases").iterdir():
+        if release.name != box.baseline_release:
+            shutil.rmtree(release)
+    shutil.rmtree(box.base / "models-b", ignore_errors=True)
+
+
+def _crash(box: Box, point: str, command: tuple = ()) -> None:
+    proc = subprocess.run([sys.executable, "-m", "ds4_converge.cli", *command, str(box.spec_path), "--json"],
+                          capture_output=True, text=True, timeout=180, env={**_env(), ENV: point})
+    assert proc.returncode == -9, f"the run did not reach {point}:\n{proc.stdout}\n{proc.stderr}"
+
+
+def _env():
+    import os
+    return {**os.environ, "NO_COLOR": "1"}
+
+
+def _serves(box: Box, within: float = 30) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(f"{box.endpoint}/v1/models", timeout=2).status_code == 200:
+                return True
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def _supervisords(root: Path) -> list[int]:
+    conf = str(root / "supervisor" / "supervisord.conf").encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"supervisor.supervisord" in cmdline and conf in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def _invariants(box: Box) -> None:
+    status = box.status()
+    assert status["healthy"], status
+    assert len(_supervisords(box.root)) == 1, "exactly one supervisord for the root"
+    assert engine_pids(box.root) == {status["pid"]}, "exactly one engine for the root"
+    lock = box.root / "converge.lock"
+    with open(lock) as handle:
+        assert lock_holders(handle.fileno()) == "", "no stale lock"
+    assert not (box.root / "run" / "switch.json").exists(), "no switch intent left behind"
+    assert (box.base / "models-a" / MODEL.name).stat().st_size == MODEL.stat().st_size, "model file kept"
+    assert (box.base / "kv").is_dir(), "KV dir kept"
+    assert (box.root / "releases" / box.baseline_release / "ds4-server").exists(), "older release kept"
+
+
+@pytest.mark.parametrize("point", UPGRADE_POINTS)
+def test_a_run_killed_during_an_upgrade_recovers(crash_box, point):
+    box = crash_box
+    _reset(box)
+    box.spec["engine"]["ref"] = "v0.3.0"
+    box.spec["model"] = {"main": {"source": str(MODEL), "dest": str(box.base / "models-b")}}
+    box.write()
+    with open(box.root / "supervisor" / "supervisord.conf", "a") as conf:
+        conf.write("; as an older ds4-converge rendered it\n")  # so the run rewrites it (supervisord-conf)
+    _crash(box, point)
+    assert _serves(box), f"nothing serves after a crash at {point}"
+    rc, document = box.converge()
+    assert rc == 0 and document["ok"], document
+    assert box.status()["release"] == document["release"] != box.baseline_release
+    _invariants(box)
+
+
+@pytest.mark.parametrize("point", REVERT_POINTS)
+def test_a_run_killed_while_reverting_a_broken_upgrade_recovers(crash_box, point):
+    box = crash_box
+    _reset(box)
+    box.spec["engine"]["ref"] = "v0.3.1-crash-at-start"
+    box.write()
+    _crash(box, point)
+    assert _serves(box), f"nothing serves after a crash at {point}"
+    rc, document = box.converge()
+    assert rc == 1 and document["reverted"], document
+    assert box.status()["release"] == box.baseline_release
+    _invariants(box)
+
+
+@pytest.mark.parametrize("point", ROLLBACK_POINTS)
+def test_a_rollback_killed_mid_switch_recovers(crash_box, point):
+    box = crash_box
+    _reset(box)
+    box.spec["engine"]["ref"] = "v0.3.0"
+    box.write()
+    rc, upgraded = box.converge()
+    assert rc == 0, upgraded
+    _crash(box, point, ("rollback",))
+    assert _serves(box), f"nothing serves after a crash at {point}"
+    assert box.status()["release"] == upgraded["release"], "the guard put last good (the upgrade) back"
+    proc = box.cli("rollback", str(box.spec_path), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert box.status()["release"] == box.baseline_release
+    _invariants(box)
+
+
+@pytest.mark.parametrize("point", COLD_POINTS)
+def test_a_run_killed_during_a_cold_start_recovers(crash_box, point):
+    box = crash_box
+    _reset(box)
+    box.stop()  # supervisord and the engine are down: nothing served when the run began
+    box.spec["server"] = {**box.spec["server"], "ctx": 65536}
+    box.write()
+    _crash(box, point)
+    rc, document = box.converge()
+    assert rc == 0 and document["ok"], document
+    assert "-c 65536" in (box.root / "supervisor/programs/ds4.conf").read_text()
+    _invariants(box)
