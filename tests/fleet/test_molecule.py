@@ -4,9 +4,9 @@ Real Ansible over real ssh, without root and without a system sshd: molecule/sha
 scenario's own ssh server (molecule/shared/loopback_sshd.py: this user, 127.0.0.1, a free port, generated keys)
 and the three "Sparks" are ssh connections to it. Every port is free-picked, so a run never meets another.
 
-Each run gets its own temporary directory for molecule's ephemeral state and Ansible's home, an empty HOME in
-which none of molecule, Ansible, pip or ssh may leave anything (the "hosts" get that HOME too), and a PATH
-without any sshd (nothing may depend on one).
+Each run gets its own temporary directory for molecule's ephemeral state, Ansible's home and TMPDIR, an empty
+HOME in which none of molecule, Ansible, pip or ssh may leave anything (the "hosts" get that HOME too), and a
+PATH without any sshd (nothing may depend on one).
 
 Skipped only when pyproject's `fleet` extra is not installed. The OpenSSH client (`ssh`, `sftp`) must be there:
 Ansible's ssh connection runs it, and without it the scenarios fail at their first ping.
@@ -57,8 +57,9 @@ def _path_without_sshd() -> str:
 def _env(scratch: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MOLECULE_", "ANSIBLE_"))}
     (scratch / "home").mkdir()
+    (scratch / "tmp").mkdir()
     env.update(
-        PATH=_path_without_sshd(), HOME=str(scratch / "home"),
+        PATH=_path_without_sshd(), HOME=str(scratch / "home"), TMPDIR=str(scratch / "tmp"),
         # short: ssh's control sockets live below it, and a unix socket path holds ~100 bytes
         MOLECULE_EPHEMERAL_DIRECTORY=str(scratch / "m"), ANSIBLE_HOME=str(scratch / "ansible"),
         NO_COLOR="1", PY_COLORS="0", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
