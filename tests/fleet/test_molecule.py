@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -88,6 +89,10 @@ def test_openssh_client_is_installed():
 @pytest.mark.parametrize("scenario", ["default", "canary"])
 def test_molecule_scenario(scenario, scratch):
     env = _env(scratch)
+    # Ansible also finds the account's home without $HOME (`echo ~USER` for its temporary directories): where
+    # that home has no .ansible or .ssh yet, it must have none afterwards either
+    account_home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    absent = [name for name in HOME_OF_THE_FLEET_TOOLS if not (account_home / name).exists()]
     try:
         proc = _molecule(env, "test", "--scenario-name", scenario, timeout=SCENARIO_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
@@ -99,4 +104,6 @@ def test_molecule_scenario(scenario, scratch):
     assert re.search(rf"{scenario}\s+: actions=\d+\s+successful=\d+\s+.*failed=0", output), output[-3000:]
     written = sorted(p.name for p in (scratch / "home").iterdir() if p.name in HOME_OF_THE_FLEET_TOOLS)
     assert written == [], f"written to HOME: {written}"
+    created = sorted(name for name in absent if (account_home / name).exists())
+    assert created == [], f"created in {account_home}: {created}"
     assert not (scratch / "m" / "fleet").exists(), "destroy left the fleet directory behind"
