@@ -181,3 +181,16 @@ def test_no_spec_anywhere_is_said_plainly(ansible_env, tmp_path):
     result, _ = _module(ansible_env, {"path": str(tmp_path / "missing.yaml"), "executable": str(BIN / "ds4-converge")})
     assert result["failed"] is True
     assert result["msg"] == f"no spec: give `spec`, or put a spec file at {tmp_path}/missing.yaml"
+
+
+def test_a_crash_of_the_tool_is_named_by_what_it_died_of(ansible_env, spec, tmp_path):
+    """No JSON report, a traceback on stderr: the message says what the tool died of; stderr keeps the rest."""
+    crashing = tmp_path / "ds4-converge"
+    crashing.write_text("#!/bin/sh\nprintf 'Traceback (most recent call last):\\n  File \"x.py\", line 1\\n"
+                        "TypeError: it broke\\n' >&2\nexit 1\n")
+    crashing.chmod(0o755)
+    result, _ = _module(ansible_env, {"spec": spec, "path": str(tmp_path / "spec.yaml"), "executable": str(crashing)})
+    assert result["failed"] is True and result["rc"] == 1
+    assert result["msg"] == ("ds4-converge exited 1 (failed): crashed: TypeError: it broke"
+                             f" | details: ds4-converge logs {tmp_path}/spec.yaml")
+    assert "File \"x.py\", line 1" in result["stderr"] and "report" not in result

@@ -242,8 +242,12 @@ def failure_message(rc, report, err, out, spec_path, shown_path):
         # a log tail sits between the error's first line (what failed) and its last (what the revert did)
         lines = report["error"].strip().splitlines()
         reason = lines[0].strip() + (" … " + lines[-1].strip() if len(lines) > 1 else "")
-    else:  # invalid spec, lock held, no report: every line is a problem of its own (file:line:col: field: ...)
-        reason = "; ".join(line.strip() for line in (err or out or "no output").strip().splitlines()[:20])
+    else:
+        lines = [line.strip() for line in (err or out or "no output").strip().splitlines()] or ["no output"]
+        if lines[0].startswith("Traceback"):  # the tool crashed: what it died of is the last line
+            reason = "crashed: " + lines[-1]
+        else:  # invalid spec, lock held: every line is a problem of its own (file:line:col: field: ...)
+            reason = "; ".join(lines[:20])
     message = "ds4-converge exited %d (%s): %s" % (rc, MEANING.get(rc, "unexpected exit"), reason)
     if report is not None:
         message += " | reverted: %s | serving: %s" % (str(bool(report.get("reverted"))).lower(),
