@@ -68,7 +68,9 @@ def _env(scratch: Path) -> dict[str, str]:
 
 
 def _molecule(env: dict[str, str], *args: str, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "molecule") if (BIN / "molecule").exists() else "molecule", *args],
+    # the shared base config named explicitly: molecule finds it on its own only at the root of a git checkout
+    molecule = str(BIN / "molecule") if (BIN / "molecule").exists() else "molecule"
+    return subprocess.run([molecule, "--base-config", str(REPO / ".config" / "molecule" / "config.yml"), *args],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
