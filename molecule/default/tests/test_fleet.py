@@ -52,6 +52,8 @@ def test_tool_is_the_wheel_built_from_this_repository(host, box):
     assert wheels, "playbooks/wheel.yml kept no wheel in build/wheels"
     pushed = host.file(f"{box['venv']}/wheels/{wheels[-1].name}")
     assert pushed.exists and pushed.sha256sum == hashlib.sha256(wheels[-1].read_bytes()).hexdigest()
+    installed = host.file(f"{box['venv']}/wheels/installed.sha1").content_string.strip()
+    assert installed == hashlib.sha1(wheels[-1].read_bytes()).hexdigest()
     where = host.check_output(f"{box['venv']}/bin/python -c \"{WHERE_FROM}\"")
     module_file, source = where.splitlines()
     assert module_file.startswith(f"{box['venv']}/lib/") and "site-packages" in module_file
