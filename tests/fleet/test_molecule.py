@@ -1,34 +1,42 @@
 """The fleet: `molecule test` for each scenario, so the project's one test command covers the Ansible role.
 
-Real Ansible over real ssh: molecule/default/create.yml starts an sshd of its own on a loopback port and the
-three "Sparks" are ssh root@127.0.0.1 connections to it (see molecule/default/molecule.yml). Each run uses
-free ports (DS4_FLEET_SSH_PORT, DS4_FLEET_PORT_1..3) so it never meets another test's engine.
+Real Ansible over real ssh, without root and without a system sshd: molecule/shared/create.yml starts the
+scenario's own ssh server (molecule/shared/loopback_sshd.py: this user, 127.0.0.1, a free port, generated keys)
+and the three "Sparks" are ssh connections to it. Every port is free-picked, so a run never meets another.
 
-Skipped only when Ansible or molecule (pyproject's `fleet` extra) is not installed: `bash .ci/fleet-deps.sh
-.venv` installs them and sshd.
+Each run gets its own temporary directory for molecule's ephemeral state, Ansible's home and TMPDIR, an empty
+HOME in which none of molecule, Ansible, pip or ssh may leave anything (the "hosts" get that HOME too), and a
+PATH without any sshd (nothing may depend on one).
+
+Skipped only when pyproject's `fleet` extra is not installed. The OpenSSH client (`ssh`, `sftp`) must be there:
+Ansible's ssh connection runs it, and without it the scenarios fail at their first ping.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
+import pwd
 import re
 import shutil
-import socket
 import subprocess
 import sys
-from contextlib import ExitStack
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-SCENARIO_TIMEOUT_S = 360
+SCENARIO_TIMEOUT_S = 600
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# where molecule, Ansible, ansible-compat, pip and ssh keep things in a home directory (other tools on PATH may
+# write there when merely asked their version: pip asks rustc, and rustup's rustc writes ~/.rustup)
+HOME_OF_THE_FLEET_TOOLS = {".ansible", ".cache", ".config", ".local", ".ssh"}
 
 
 def _missing() -> list[str]:
-    missing = [module for module in ("ansible", "molecule", "testinfra") if importlib.util.find_spec(module) is None]
+    missing = [module for module in ("ansible", "molecule", "testinfra", "asyncssh")
+               if importlib.util.find_spec(module) is None]
     missing += [tool for tool in ("molecule", "ansible-playbook")
                 if not (BIN / tool).exists() and shutil.which(tool) is None]
     return missing
@@ -37,43 +45,67 @@ def _missing() -> list[str]:
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(bool(_missing()), reason=f"fleet extra not installed ({', '.join(_missing())} missing): "
-                                                 "run `bash .ci/fleet-deps.sh .venv`"),
+                                                 "pip install -e '.[test,fleet]'"),
 ]
 
 
-def _free_ports(count: int) -> list[int]:
-    """Distinct free loopback ports: every socket is held until all are chosen."""
-    with ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
+def _path_without_sshd() -> str:
+    """The caller's PATH, the venv first, and no directory that holds an sshd."""
+    dirs = [str(BIN)] + [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and d != str(BIN)]
+    return os.pathsep.join(d for d in dirs if not (Path(d) / "sshd").exists())
 
 
-def _env() -> dict[str, str]:
-    ssh_port, *engine_ports = _free_ports(4)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MOLECULE_")}  # no inherited ephemeral dir
-    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", NO_COLOR="1", PY_COLORS="0", ANSIBLE_NOCOLOR="1",
-               ANSIBLE_FORCE_COLOR="0", DS4_FLEET_SSH_PORT=str(ssh_port))
-    env.update({f"DS4_FLEET_PORT_{i}": str(port) for i, port in enumerate(engine_ports, start=1)})
+def _env(scratch: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MOLECULE_", "ANSIBLE_"))}
+    (scratch / "home").mkdir()
+    (scratch / "tmp").mkdir()
+    env.update(
+        PATH=_path_without_sshd(), HOME=str(scratch / "home"), TMPDIR=str(scratch / "tmp"),
+        # short: ssh's control sockets live below it, and a unix socket path holds ~100 bytes
+        MOLECULE_EPHEMERAL_DIRECTORY=str(scratch / "m"), ANSIBLE_HOME=str(scratch / "ansible"),
+        NO_COLOR="1", PY_COLORS="0", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     return env
 
 
 def _molecule(env: dict[str, str], *args: str, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "molecule") if (BIN / "molecule").exists() else "molecule", *args],
+    # the shared base config named explicitly: molecule finds it on its own only at the root of a git checkout
+    molecule = str(BIN / "molecule") if (BIN / "molecule").exists() else "molecule"
+    return subprocess.run([molecule, "--base-config", str(REPO / ".config" / "molecule" / "config.yml"), *args],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.timeout(SCENARIO_TIMEOUT_S + 60)
+@pytest.fixture
+def scratch():
+    # not pytest's tmp_path: its paths are too long for ssh's control sockets
+    with tempfile.TemporaryDirectory(prefix="ds4-fleet.") as path:
+        yield Path(path)
+
+
+def test_openssh_client_is_installed():
+    """Ansible's ssh connection (and testinfra) run the OpenSSH client; a server is not needed."""
+    missing = [tool for tool in ("ssh", "sftp") if shutil.which(tool) is None]
+    assert not missing, f"{missing} not found: install the OpenSSH client (Debian: apt-get install openssh-client)"
+
+
+@pytest.mark.timeout(SCENARIO_TIMEOUT_S + 120)
 @pytest.mark.parametrize("scenario", ["default", "canary"])
-def test_molecule_scenario(scenario):
-    env = _env()
+def test_molecule_scenario(scenario, scratch):
+    env = _env(scratch)
+    # Ansible also finds the account's home without $HOME (`echo ~USER` for its temporary directories): where
+    # that home has no .ansible or .ssh yet, it must have none afterwards either
+    account_home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    absent = [name for name in HOME_OF_THE_FLEET_TOOLS if not (account_home / name).exists()]
     try:
         proc = _molecule(env, "test", "--scenario-name", scenario, timeout=SCENARIO_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
-        _molecule(env, "destroy", "--scenario-name", scenario, timeout=120)  # stop engines, sshd; remove the fleet
+        _molecule(env, "destroy", "--scenario-name", scenario, timeout=120)  # engines, ssh server, the fleet dir
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         pytest.fail(f"molecule test -s {scenario} ran past {SCENARIO_TIMEOUT_S}s:\n{ANSI.sub('', out)[-6000:]}")
     output = ANSI.sub("", proc.stdout + proc.stderr)
     assert proc.returncode == 0, f"molecule test -s {scenario} exited {proc.returncode}:\n{output[-12000:]}"
     assert re.search(rf"{scenario}\s+: actions=\d+\s+successful=\d+\s+.*failed=0", output), output[-3000:]
+    written = sorted(p.name for p in (scratch / "home").iterdir() if p.name in HOME_OF_THE_FLEET_TOOLS)
+    assert written == [], f"written to HOME: {written}"
+    created = sorted(name for name in absent if (account_home / name).exists())
+    assert created == [], f"created in {account_home}: {created}"
+    assert not (scratch / "m" / "fleet").exists(), "destroy left the fleet directory behind"

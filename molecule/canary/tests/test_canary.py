@@ -13,7 +13,8 @@ import yaml
 
 FLEET_DIR = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "fleet"
 BAD_REF = "v0.3.1-crash-at-start"
-FACTS = "{{ {'bin': ds4_converge_bin, 'spec_path': ds4_converge_spec_path} | to_json }}"
+FACTS = ("{{ {'bin': ds4_converge_install_venv ~ '/bin/ds4-converge', 'spec_path': ds4_converge_spec_path}"
+         " | to_json }}")
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +58,10 @@ def test_canary_failed_and_reverted(box, rollout, recap):
     before, after = box["before"]["status"], box["after"]
     assert recap[box["name"]]["failed"] == 1, recap
     failure = next(line for line in rollout["stderr"].splitlines() if line.startswith(f"fatal: [{box['name']}]"))
-    assert f"ds4-converge on {box['name']} exited 1 (failed): probe:" in failure
-    assert "| reverted: true | serving: " + before["release"] in failure
+    result = json.loads(failure.split(" => ", 1)[1])  # what the ds4_converge module returned
+    assert result["msg"].startswith("ds4-converge exited 1 (failed): probe:"), result["msg"]
+    assert f"| reverted: true | serving: {before['release']}" in result["msg"]
+    assert result["reverted"] is True and result["release"] == before["release"] and result["rc"] == 1
     # the box was asked for the broken engine, tried it, and serves its last good release again
     assert box["spec"]["engine"]["ref"] == BAD_REF
     assert after["healthy"] is True and after["state"] == "RUNNING"

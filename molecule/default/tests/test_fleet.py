@@ -1,24 +1,35 @@
-"""Every Spark of the fleet serves v0.2.0 after roles/fleet.yml: checked on the host, over the same ssh.
+"""Every Spark of the fleet serves v0.2.0 after playbooks/canary.yml: checked on the host, over the same ssh.
 
-Run by molecule's testinfra verifier (pytest --ansible-inventory ... --connection ansible); each test runs once
-per host of the inventory.
+Run by molecule's testinfra verifier (pytest --ansible-inventory ... --connection ansible, through the fleet's
+ssh_config); each test runs once per host of the inventory.
 """
+import hashlib
 import json
+import os
+from pathlib import Path
 
 import pytest
 import yaml
 
+FLEET_DIR = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "fleet"
+PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 # what the host's templated variables are (ports, paths, the tool): Ansible itself answers, from the inventory
-FACTS = ("{{ {'bin': ds4_converge_bin, 'spec_path': ds4_converge_spec_path, 'spec': ds4_converge_spec,"
-         " 'python': ansible_playbook_python} | to_json }}")
+FACTS = ("{{ {'bin': ds4_converge_install_venv ~ '/bin/ds4-converge', 'spec_path': ds4_converge_spec_path,"
+         " 'spec': ds4_converge_spec, 'venv': ds4_converge_install_venv, 'python': ansible_playbook_python}"
+         " | to_json }}")
+WHERE_FROM = ("import json, ds4_converge, importlib.metadata as m; print(ds4_converge.__file__); "
+              "print(json.loads(m.distribution('ds4-converge').read_text('direct_url.json'))['url'])")
+GET_MODELS = ("import json, sys, urllib.request; "
+              "print(json.dumps([m['id'] for m in json.load(urllib.request.urlopen(sys.argv[1], timeout=10))['data']]))")
 
 
 @pytest.fixture(scope="module")
 def box(host):
     facts = json.loads(host.ansible("debug", f"msg={FACTS}", check=False)["msg"])
+    facts["name"] = host.ansible.get_variables()["inventory_hostname"]
     facts["port"] = int(facts["spec"]["server"]["port"])
     facts["root"] = facts["spec"]["paths"]["root"]
-    facts["name"] = facts["spec"].get("server", {}).get("name", "ds4")
+    facts["program"] = facts["spec"].get("server", {}).get("name", "ds4")
     return facts
 
 
@@ -35,6 +46,21 @@ def test_spec_on_the_host_is_the_inventory_spec(host, box):
     assert yaml.safe_load(spec_file.content_string) == box["spec"]
 
 
+def test_tool_is_the_wheel_built_from_this_repository(host, box):
+    """Installed from the pushed wheel into the host's venv: not the project's editable install, not an index."""
+    wheels = sorted((PROJECT / "build" / "wheels").glob("ds4_converge-*.whl"))
+    assert wheels, "playbooks/wheel.yml kept no wheel in build/wheels"
+    pushed = host.file(f"{box['venv']}/wheels/{wheels[-1].name}")
+    assert pushed.exists and pushed.sha256sum == hashlib.sha256(wheels[-1].read_bytes()).hexdigest()
+    installed = host.file(f"{box['venv']}/wheels/installed.sha1").content_string.strip()
+    assert installed == hashlib.sha1(wheels[-1].read_bytes()).hexdigest()
+    where = host.check_output(f"{box['venv']}/bin/python -c \"{WHERE_FROM}\"")
+    module_file, source = where.splitlines()
+    assert module_file.startswith(f"{box['venv']}/lib/") and "site-packages" in module_file
+    assert source == f"file://{pushed.path}"
+    assert box["bin"] == f"{box['venv']}/bin/ds4-converge" and host.file(box["bin"]).is_file
+
+
 def test_engine_is_running_and_healthy(status):
     assert status["healthy"] is True
     assert status["state"] == "RUNNING"
@@ -43,7 +69,7 @@ def test_engine_is_running_and_healthy(status):
 
 
 def test_supervisor_reports_the_program_running(host, box, status):
-    program = host.supervisor(box["name"], supervisorctl_path=f"{box['python'].rsplit('/', 1)[0]}/supervisorctl",
+    program = host.supervisor(box["program"], supervisorctl_path=f"{box['python'].rsplit('/', 1)[0]}/supervisorctl",
                               supervisorctl_conf=f"{box['root']}/supervisor/supervisord.conf")
     assert program.is_running and program.status == "RUNNING"
     assert program.pid == status["pid"]
@@ -55,18 +81,25 @@ def test_engine_process_serves_this_hosts_port(host, box, status):
     assert box["root"].encode() in b" ".join(cmdline), "an engine of another box answered"
 
 
-def test_port_is_listening_on_loopback(host, box):
-    assert host.socket(f"tcp://127.0.0.1:{box['port']}").is_listening
-
-
 def test_rendered_program_file(host, box, status):
-    program = host.file(f"{box['root']}/supervisor/programs/{box['name']}.conf")
+    program = host.file(f"{box['root']}/supervisor/programs/{box['program']}.conf")
     assert program.exists and program.is_file
     assert program.mode == 0o644
     assert program.contains(f"--port {box['port']} ")
     assert program.contains(f"release {status['release']}")
 
 
-def test_models_endpoint_answers(host, box):
-    out = host.check_output(f"curl -fsS --max-time 10 http://127.0.0.1:{box['port']}/v1/models")
-    assert "deepseek-v4-flash" in [model["id"] for model in json.loads(out)["data"]]
+def test_models_endpoint_answers_on_the_host(host, box):
+    out = host.check_output(f"{box['python']} -c \"{GET_MODELS}\" http://127.0.0.1:{box['port']}/v1/models")
+    assert "deepseek-v4-flash" in json.loads(out)
+
+
+def test_fleet_status_playbook_wrote_this_host(box, status):
+    """playbooks/status.yml (side_effect.yml) wrote one row per host with what the host itself says."""
+    document = json.loads((FLEET_DIR / "status.json").read_text())
+    rows = {row["host"]: row for row in document["hosts"]}
+    assert set(rows) == {"spark1", "spark2", "spark3"}
+    row = rows[box["name"]]
+    assert row["healthy"] is True and row["state"] == "RUNNING"
+    assert (row["release"], row["pid"], row["last_good"]) == (status["release"], status["pid"], status["last_good"])
+    assert isinstance(row["uptime_s"], int) and row["uptime_s"] >= 0

@@ -1,0 +1,196 @@
+"""The Ansible module `ds4_converge` and the role's interface, run by real Ansible (no ssh, no molecule).
+
+Documentation: `ansible-doc` shows the module and the role from the repository root, and what it documents is
+what Ansible validates (options, types, defaults; the role's defaults). Behaviour: the module run by `ansible`
+with a local connection against the simulated engine's repository - check mode plans without touching the spec
+file or the root, diff mode shows both, and failures carry the tool's own words. Converging, idempotence and the
+revert are the molecule scenarios' (test_molecule.py).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from boxes import MODEL, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+ROLE = REPO / "roles" / "ds4_converge"
+LIBRARY = ROLE / "library"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("ansible") is None,
+                                reason="fleet extra not installed: pip install -e '.[test,fleet]'")
+
+
+@pytest.fixture
+def ansible_env(tmp_path):
+    """Ansible's home and temporary directories in the test's own, no colours."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_HOME=str(tmp_path / "ansible"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible" / "tmp"),
+               ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible" / "remote"), ANSIBLE_NOCOLOR="1",
+               NO_COLOR="1")
+    return env
+
+
+def _run(argv: list[str], env: dict, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _module(env: dict, args: dict, *flags: str) -> tuple[dict, str]:
+    """One ad-hoc run of the module on localhost: its result (ansible --tree), and what Ansible printed."""
+    tree = Path(env["ANSIBLE_HOME"]) / "tree"
+    proc = _run([str(BIN / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-M", str(LIBRARY),
+                 "-e", f"ansible_python_interpreter={sys.executable}", "--tree", str(tree), "-m", "ds4_converge",
+                 "-a", json.dumps(args), *flags], env)
+    try:
+        result = json.loads((tree / "localhost").read_text())
+    except (OSError, ValueError):
+        raise AssertionError(f"no result from ansible (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}") from None
+    shown = ANSI.sub("", proc.stdout)
+    result["failed"] = "localhost | FAILED!" in shown  # what Ansible made of it (--tree does not keep it)
+    return result, shown
+
+
+def _module_source():
+    spec = importlib.util.spec_from_file_location("ds4_converge_module", LIBRARY / "ds4_converge.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def spec(tmp_path, sim_repo) -> dict:
+    return {
+        "engine": {"repo": str(sim_repo), "ref": "v0.2.0", "target": "cpu", "jobs": 2},
+        "model": {"main": str(MODEL)},
+        "server": {"port": free_port(), "ctx": 32768},
+        "health": {"deadline_s": 15, "soak_s": 1, "interval_s": 0.2},
+        "paths": {"root": str(tmp_path / "root")},
+    }
+
+
+def test_ansible_doc_shows_the_module_from_the_repository_root(ansible_env):
+    proc = _run([str(BIN / "ansible-doc"), "ds4_converge"], ansible_env)  # ansible.cfg: library = roles/…/library
+    assert proc.returncode == 0, proc.stderr
+    text = ANSI.sub("", proc.stdout)
+    assert f"MODULE ds4_converge ({LIBRARY / 'ds4_converge.py'})" in text
+    for option in ("spec", "path", "mode", "overrides", "executable"):
+        assert re.search(rf"^[-=\s]+{option}\s", text, re.MULTILINE), option
+    assert "EXAMPLES:" in text and "Converge this Spark" in text and "overrides: [server.ctx=65536]" in text
+    assert "RETURN VALUES:" in text and "reverted" in text
+    assert "check_mode:" in text and "diff_mode:" in text
+
+
+def test_documented_options_are_the_validated_ones(ansible_env):
+    """What ansible-doc shows is what AnsibleModule checks: names, types, defaults, aliases, elements."""
+    proc = _run([str(BIN / "ansible-doc"), "--json", "-M", str(LIBRARY), "ds4_converge"], ansible_env)
+    assert proc.returncode == 0, proc.stderr
+    documented = json.loads(proc.stdout)["ds4_converge"]
+    validated = _module_source().ARGUMENT_SPEC
+    assert set(documented["doc"]["options"]) == set(validated)
+    for name, spec in validated.items():
+        doc = documented["doc"]["options"][name]
+        for key in ("type", "default", "aliases", "elements", "required", "choices"):
+            assert doc.get(key) == spec.get(key), (name, key)
+    yaml.safe_load(documented["examples"])  # the examples are valid YAML
+    assert documented["doc"]["attributes"]["check_mode"]["support"] == "full"
+
+
+def test_role_documents_every_variable_it_defaults(ansible_env):
+    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    options = specs["main"]["options"]
+    assert set(options) == set(defaults) | {"ds4_converge_spec"}
+    assert options["ds4_converge_spec"]["required"] is True
+    for name, value in defaults.items():
+        assert options[name]["default"] == value, name
+    for name, option in specs["status"]["options"].items():
+        assert option["default"] == defaults[name], name
+    proc = _run([str(BIN / "ansible-doc"), "-t", "role", "ds4_converge"], ansible_env)
+    assert proc.returncode == 0, proc.stderr
+    text = ANSI.sub("", proc.stdout)
+    assert re.search(r"ENTRY POINT: \W?main\W? - ", text) and re.search(r"ENTRY POINT: \W?status\W? - ", text)
+    assert re.search(r"^[-=\s]+ds4_converge_spec\s", text, re.MULTILINE)
+
+
+def test_check_mode_plans_the_new_spec_and_touches_nothing(ansible_env, spec, tmp_path):
+    spec_path = tmp_path / "etc" / "spec.yaml"  # its directory does not exist yet
+    result, shown = _module(ansible_env, {"spec": spec, "path": str(spec_path),
+                                          "executable": str(BIN / "ds4-converge")}, "--check", "--diff")
+    assert result["failed"] is False, result
+    assert result["changed"] is True and result["spec_changed"] is True and result["rc"] == 0
+    roles = {role["name"]: role for role in result["report"]["roles"]}
+    assert roles["engine"]["msg"].startswith("would build v0.2.0")
+    assert result["cmd"] == [str(BIN / "ds4-converge"), str(spec_path), "--json", "--check", "--diff"]
+    # nothing written: no spec directory, no root, no scratch spec left in Ansible's temporary directory
+    assert not spec_path.parent.exists() and not (tmp_path / "root").exists()
+    assert not list((tmp_path / "ansible").rglob("*.yaml"))
+    # diff mode: the spec file's before/after, and the tool's own diffs of what it would render and build
+    assert f"--- before: {spec_path}\n+++ after: {spec_path}\n" in shown
+    assert "\n+engine:\n+  jobs: 2\n+  ref: v0.2.0\n" in shown
+    assert "\n+v0.2.0 = " in shown and "\n+make -j2 cpu\n--- before: " in shown
+    assert f"\n+file={tmp_path / 'root'}/run/supervisor.sock\n" in shown
+
+
+def test_check_mode_beside_an_existing_spec_leaves_it_as_it_was(ansible_env, spec, tmp_path):
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text("# the spec before\n" + yaml.safe_dump(spec))
+    before = (spec_path.read_text(), spec_path.stat().st_mtime_ns)
+    changed = dict(spec, engine=dict(spec["engine"], ref="v0.3.0"))
+    result, shown = _module(ansible_env, {"spec": changed, "path": str(spec_path),
+                                          "executable": str(BIN / "ds4-converge")}, "--check")
+    assert result["changed"] is True and result["failed"] is False, result
+    assert "would build v0.3.0" in {r["name"]: r for r in result["report"]["roles"]}["engine"]["msg"]
+    assert (spec_path.read_text(), spec_path.stat().st_mtime_ns) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ansible", "spec.yaml"])  # no scratch file left
+    assert "--- before" not in shown  # no diff: not asked for
+
+
+def test_invalid_spec_fails_with_the_tools_words_naming_the_real_file(ansible_env, spec, tmp_path):
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    broken = dict(spec, engine={"repo": spec["engine"]["repo"], "reff": "v0.2.0"})
+    result, _ = _module(ansible_env, {"spec": broken, "path": str(spec_path),
+                                      "executable": str(BIN / "ds4-converge")}, "--check")
+    assert result["failed"] is True and result["rc"] == 2, result
+    assert result["msg"].startswith(f"ds4-converge exited 2 (invalid spec or usage): {spec_path}:"), result["msg"]
+    assert "engine.reff: unknown key; did you mean 'ref'?" in result["msg"]
+    assert "reverted" not in result["msg"] and result["reverted"] is False
+
+
+def test_ansible_validates_the_arguments(ansible_env, tmp_path):
+    common = {"path": str(tmp_path / "spec.yaml"), "executable": str(BIN / "ds4-converge")}
+    result, _ = _module(ansible_env, dict(common, spec="engine: {}"))
+    assert result["failed"] is True
+    assert result["msg"].startswith("argument 'spec' is of type str and we were unable to convert to dict")
+    result, _ = _module(ansible_env, dict(common, spec={}, colour="red"))
+    assert result["failed"] is True and "Unsupported parameters" in result["msg"] and "colour" in result["msg"]
+    assert not (tmp_path / "spec.yaml").exists()
+
+
+def test_no_spec_anywhere_is_said_plainly(ansible_env, tmp_path):
+    result, _ = _module(ansible_env, {"path": str(tmp_path / "missing.yaml"), "executable": str(BIN / "ds4-converge")})
+    assert result["failed"] is True
+    assert result["msg"] == f"no spec: give `spec`, or put a spec file at {tmp_path}/missing.yaml"
+
+
+def test_a_crash_of_the_tool_is_named_by_what_it_died_of(ansible_env, spec, tmp_path):
+    """No JSON report, a traceback on stderr: the message says what the tool died of; stderr keeps the rest."""
+    crashing = tmp_path / "ds4-converge"
+    crashing.write_text("#!/bin/sh\nprintf 'Traceback (most recent call last):\\n  File \"x.py\", line 1\\n"
+                        "TypeError: it broke\\n' >&2\nexit 1\n")
+    crashing.chmod(0o755)
+    result, _ = _module(ansible_env, {"spec": spec, "path": str(tmp_path / "spec.yaml"), "executable": str(crashing)})
+    assert result["failed"] is True and result["rc"] == 1
+    assert result["msg"] == ("ds4-converge exited 1 (failed): crashed: TypeError: it broke"
+                             f" | details: ds4-converge logs {tmp_path}/spec.yaml")
+    assert "File \"x.py\", line 1" in result["stderr"] and "report" not in result
