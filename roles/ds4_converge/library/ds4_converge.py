@@ -249,7 +249,7 @@ def failure_message(rc, report, err, out, spec_path, shown_path):
         else:  # invalid spec, lock held: every line is a problem of its own (file:line:col: field: ...)
             reason = "; ".join(lines[:20])
     message = "ds4-converge exited %d (%s): %s" % (rc, MEANING.get(rc, "unexpected exit"), reason)
-    if report is not None:
+    if report is not None and rc not in (2, 3):  # a run that stopped before it began changed nothing
         message += " | reverted: %s | serving: %s" % (str(bool(report.get("reverted"))).lower(),
                                                        report.get("release") or "nothing")
     if rc == 1:
