@@ -112,6 +112,8 @@ class EngineRepo:
         try:
             git("-C", str(self.cache), "archive", "--format=tar", "-o", str(archive), commit, timeout=600)
             with tarfile.open(archive) as tar:
-                tar.extractall(dest, filter="tar")
+                # the "tar" filter (no absolute paths, no links out of dest) exists from Python 3.11.4 on;
+                # git archive of our own cache writes neither, so older 3.11s extract without it
+                tar.extractall(dest, **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
         finally:
             archive.unlink(missing_ok=True)
