@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from typing import Sequence
 
 from ds4_converge.facts.arch import Architecture
@@ -74,6 +74,28 @@ class _Recorder:
         return self(fact).value
 
 
+def _side_by_side(chains: dict) -> dict:
+    """{name: chain()} with each chain in its own thread (plain threads: concurrent.futures would also load
+    logging, for nothing); an exception in a chain is raised here."""
+    got: dict = {}
+
+    def run(name, chain):
+        try:
+            got[name] = (chain(), None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            got[name] = (None, exc)
+
+    threads = [threading.Thread(target=run, args=item, daemon=True) for item in chains.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for value, exc in got.values():
+        if exc is not None:
+            raise exc
+    return {name: got[name][0] for name in chains}
+
+
 def _unique(items: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
@@ -116,15 +138,12 @@ def gather_host_facts(
         name = service_user or rec.value(CurrentUser())
         return name, (rec.value(Passwd(user=name)) if name else None)
 
-    # independent chains of commands, run side by side (a few at a time: most of a command's cost is the machine's
-    # fork and exec): a run waits for about the slowest chain, not for their sum
+    # independent chains of commands, run side by side: a run waits for about the slowest chain, not for their sum
     chains = {"cuda": cuda, "disks": disks, "user": user, "listeners": lambda: port_holders(port, run=rec),
               "arch": lambda: rec.value(Architecture()), "gpus": lambda: rec.value(NvidiaGpus()),
               "driver": lambda: rec.value(NvidiaDriver()), "build_env": lambda: rec.value(BuildEnvironment()),
               "memory": lambda: rec.value(Memory())}
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {name: pool.submit(chain) for name, chain in chains.items()}
-    got = {name: future.result() for name, future in futures.items()}
+    got = _side_by_side(chains)
     user_name, passwd = got["user"]
     disk = got["disks"]
     return HostFacts(
