@@ -199,8 +199,8 @@ def _fail_and_revert(ctx: Context, outcome: Outcome, roles: Sequence, revert, ro
 def _unexpected(exc: BaseException, outcome: Outcome) -> RoleFailed:
     """A clean one-line failure for any exception; the exception itself is kept for --debug and the log."""
     outcome.exception = exc
-    if isinstance(exc, KeyboardInterrupt):
-        return RoleFailed("interrupted")
+    if isinstance(exc, KeyboardInterrupt):  # interrupts.Interrupted names its signal: SIGINT or SIGTERM
+        return RoleFailed(f"interrupted ({exc})" if str(exc) else "interrupted (SIGINT)")
     if isinstance(exc, SystemExit):
         return RoleFailed(f"interrupted (exit {exc.code})")
     if isinstance(exc, (OSError, xmlrpc.client.Error)):
