@@ -191,7 +191,7 @@ def test_values_reach_supervisor_exactly_as_the_spec_says(env, extra, host, port
     wrapper, rest = argv[0], argv[1:]
     assert wrapper.endswith("env")
     passed = dict(a.split("=", 1) for a in rest[:rest.index(str(context.release.server))])
-    assert {k: passed[k] for k in env} == env and passed["DS4_LOCK_FILE"].endswith("/run/ds4.ds4.lock")
+    assert {k: passed[k] for k in env} == env and passed["DS4_LOCK_FILE"].endswith("/locks/ds4.ds4.lock")
     engine_argv = rest[rest.index(str(context.release.server)) + 1:]
     assert engine_argv[:8] == ["-m", f"/srv/gguf/{model}", "--host", host, "--port", str(port), "-c", str(ctx)]
     assert engine_argv[len(engine_argv) - len(extra):] == extra if extra else True
@@ -268,11 +268,11 @@ def test_check_mode_is_a_plan_or_a_located_error(sim_repo):
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             rc = cli.main(argv)
         assert "Traceback" not in out.getvalue() + err.getvalue()
+        document = json.loads(out.getvalue())  # --json: one document on every exit path
         if rc == 2:
-            _assert_located(err.getvalue().strip().splitlines(), path)
+            _assert_located([p["text"] for p in document["problems"]], path)
         else:
             assert rc in (0, 1), (rc, err.getvalue())
-            document = json.loads(out.getvalue())
             assert document["ok"] == (rc == 0)
         assert not root.exists(), "check mode writes nothing"
         codes.add(rc)
