@@ -73,7 +73,7 @@ def plan(ctx: Context) -> RolePlan:
     except NotReady as exc:
         # the config is last good and supervisord runs it, but it does not answer yet: supervisord restarted it
         # after a crash and it is loading. Wait for it (up to deadline_s) instead of failing.
-        state, pid, _ = process_state(ctx)()
+        state, pid, _ = process_state(ctx).state()
         if state not in ("RUNNING", "STARTING"):
             raise RoleFailed(f"{ctx.endpoint} is not healthy: {exc}") from None
         return RolePlan(NAME, [Change(f"wait up to {health.deadline_s:.0f}s for {ctx.endpoint}: ds4-server (pid "

@@ -142,9 +142,6 @@ def test_a_cold_start_starts_the_engine_once(box, change):
         box.stop()
 
 
-@pytest.mark.xfail(strict=False, reason="regressed when the truthful crash report (EngineWatch) and the wait for "
-                                        "supervisord's restart were merged: the probe now reports the earlier "
-                                        "SIGKILL as a crash instead of waiting; to be fixed")
 def test_a_converge_while_supervisord_restarts_a_crashed_engine_waits_for_it(box):
     box.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"] = "10"  # the next converge starts well within the load
     box.spec["health"]["deadline_s"] = 40
