@@ -47,8 +47,11 @@ stop: $(VENV)/.installed-run
 test: lint-imports
 	$(BIN)/python -m pytest -q
 
+# Under 10 s on 2 idle cores: a few hypothesis examples per property (make test runs them all), and only the
+# plugins these tests use (testinfra and anyio serve the fleet tests: loading them costs a second).
 test-fast: lint-imports
-	$(BIN)/python -m pytest -q -m "not slow"
+	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)/python -m pytest -q -m "not slow" -p _hypothesis_pytestplugin \
+		-p pytest_timeout --hypothesis-profile=fast
 
 # the layering contracts of .importlinter: roles never import each other, the CLI never reaches into a role,
 # nothing imports the CLI, the spec and the facts depend on nothing else of the package

@@ -6,9 +6,9 @@ MIB = 1024**2
 GIB = 1024**3
 
 
-def gib(n: int | float) -> str:
-    """Always in GiB, one decimal: for sizes that are compared with each other in one message."""
-    return f"{n / GIB:.1f} GiB"
+def gib(n: int | float | None) -> str:
+    """Always in GiB, one decimal: for sizes that are compared with each other in one message ('unknown': None)."""
+    return "unknown" if n is None else f"{n / GIB:.1f} GiB"
 
 
 def human_bytes(n: int | float) -> str:

@@ -75,8 +75,11 @@ class Box:
         return self.spec_path
 
     def cli(self, *args: str, timeout: float = 180, env: dict | None = None) -> subprocess.CompletedProcess:
+        # each box keeps its own no-op receipts (cli/noop.py), not in the user's ~/.cache
+        cache = str(self.root.parent / f"{self.root.name}-user-cache")
         return subprocess.run([sys.executable, "-m", "ds4_converge.cli", *args], capture_output=True, text=True,
-                              timeout=timeout, env={**os.environ, "NO_COLOR": "1", **(env or {})})
+                              timeout=timeout, env={**os.environ, "NO_COLOR": "1", "XDG_CACHE_HOME": cache,
+                                                    **(env or {})})
 
     def converge(self, *extra: str, env: dict | None = None) -> tuple[int, dict]:
         proc = self.cli(str(self.spec_path), "--json", *extra, env=env)

@@ -5,7 +5,8 @@ converge runs the real `ds4-converge` command in a subprocess, as a person would
 (fakehost.py) serves both the fact executor and the real CLI.
 
 Slow (`-m "not slow"` leaves them out; `make test-fast` does): every test under an end-to-end folder, and every
-test that uses a fixture which starts real things (a box, the engine's git repository, the CLI on a fake host).
+test that uses a fixture which starts real things (a box, the engine's git repository, the CLI on a fake host, an
+HTTP file server).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from boxes import REPO, Box, free_port
 from fakehost import FakeHost
@@ -26,8 +28,11 @@ def _make_sim_repo():
     return module
 
 
+# make test-fast: a few examples of each property (make test runs each test's full count)
+settings.register_profile("fast", max_examples=8)
+
 SLOW_FOLDERS = {"e2e", "engine_sim", "fleet", "conformance"}
-SLOW_FIXTURES = {"box", "served_box", "sim_repo", "builds", "start", "upstream", "fork", "fake"}
+SLOW_FIXTURES = {"box", "served_box", "sim_repo", "builds", "start", "upstream", "fork", "fake", "file_server"}
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -7,22 +7,25 @@ command needs beyond the standard library it imports inside ``run``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from ds4_converge.cli.exit_codes import FAILED, INVALID, LOCKED, MEANINGS, NEVER_CONVERGED, OK  # noqa: F401
 
 
-@dataclass(frozen=True)
 class Command:
-    name: str
-    summary: str  # one line in `ds4-converge --help`
-    run: Callable  # (argparse.Namespace, Session) -> exit code
-    add_arguments: Callable = lambda parser: None
-    description: str = ""  # shown by `ds4-converge help NAME` (default: the summary)
-    takes_spec: bool = True  # SPEC and --set
-    json: bool = True  # --json: one JSON document on stdout, whatever happens
-    epilog: str = ""  # e.g. this command's exit codes
+    """A plain class, not a dataclass: the CLI imports this module on every run, and dataclasses' import is a
+    noticeable part of a no-op's time (cli/noop.py)."""
+
+    def __init__(self, name: str, summary: str, run: Callable, *, add_arguments: Callable = lambda parser: None,
+                 description: str = "", takes_spec: bool = True, json: bool = True, epilog: str = ""):
+        self.name = name
+        self.summary = summary  # one line in `ds4-converge --help`
+        self.run = run  # (argparse.Namespace, Session) -> exit code
+        self.add_arguments = add_arguments
+        self.description = description  # shown by `ds4-converge help NAME` (default: the summary)
+        self.takes_spec = takes_spec  # SPEC and --set
+        self.json = json  # --json: one JSON document on stdout, whatever happens
+        self.epilog = epilog  # e.g. this command's exit codes
 
 
 class CliError(Exception):

@@ -38,6 +38,9 @@ def _main(argv: list[str]) -> int:
     try:
         name = _command_name(argv)
         commands = registry()
+        replayed = _replay_noop(argv, commands)
+        if replayed is not None:
+            return replayed
         parser = build_parser(commands)
         if not argv:
             sys.stderr.write(f"usage: {USAGE}\n\nCommands: {', '.join(commands)}.  More: ds4-converge help\n")
@@ -75,6 +78,16 @@ def _main(argv: list[str]) -> int:
                     f"internal error (a bug in ds4-converge): {type(exc).__name__}: {exc}",
                     [] if debug else [f"{where}; --debug prints it here"], {"traceback_log": log},
                     serving_note=True)
+
+
+def _replay_noop(argv: list[str], commands) -> int | None:
+    """A converged box confirmed from the last no-op's receipt (cli/noop.py); None: run the command."""
+    try:
+        from ds4_converge.cli import noop
+
+        return noop.replay(argv, commands)
+    except Exception:  # noqa: BLE001 - the receipt is an optimisation: whatever fails here, the full path runs
+        return None
 
 
 def normalise(argv: list[str], commands) -> list[str]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import sys
-from importlib import resources
 
 STYLE = {"ok": "green", "changed": "yellow", "failed": "bold red", "skipped": "cyan"}
 SCHEMA_FILE = "report.schema.json"
@@ -39,6 +38,8 @@ def print_json(document: dict, stream=None) -> None:
 
 def schema() -> dict:
     """The JSON Schema of every --json document."""
+    from importlib import resources
+
     return json.loads(resources.files("ds4_converge.cli").joinpath(SCHEMA_FILE).read_text())
 
 

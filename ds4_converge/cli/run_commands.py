@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 from ds4_converge.cli.command import FAILED, NEVER_CONVERGED, OK, CliError, Command
 
@@ -18,6 +19,11 @@ def _converge_arguments(parser) -> None:
                         help="plan only: change no file and no process, say what would change")
     parser.add_argument("--diff", action="store_true",
                         help="also show unified diffs of rendered files and command lines")
+    parser.add_argument("--refresh", action="store_true",
+                        help="plan from scratch, host facts included, even when the receipt of the last no-op "
+                             "still holds (without it, a converged box is confirmed from that receipt: every "
+                             "file, process and the endpoint it relied on are checked, host facts are trusted "
+                             "for 15 minutes)")
     parser.add_argument("--progress-interval", type=float, default=10.0, metavar="SECONDS",
                         help="without a terminal (journald, Ansible, a pipe): during a long wait, print a "
                              "line with the elapsed time and the log's last line every SECONDS (default 10; "
@@ -30,8 +36,13 @@ def converge(args, session) -> int:
     from ds4_converge.core import interrupts
     from ds4_converge.core.reconciler import converge as run
 
+    from ds4_converge.cli import noop
+
+    facts_at = time.time()
     ctx = session.context()
     ctx.check = args.check
+    if not args.check:
+        noop.forget(args.spec)
     before = ctx.state.current  # what ran before: the restart's config diff is against it
     reporter = Reporter(mode_for(session.json), interval=args.progress_interval)
     reporter.extra_lines = lambda result: (report.switch_lines(switch_of(before, ctx), check=ctx.check)
@@ -52,7 +63,10 @@ def converge(args, session) -> int:
         reporter.close()
     signum = interrupts.received()
     code = OK if outcome.ok else (interrupts.exit_code(signum) if signum else FAILED)
-    return finish(session, "converge", outcome, code, check=args.check, switch=switch_of(before, ctx))
+    code = finish(session, "converge", outcome, code, check=args.check, switch=switch_of(before, ctx))
+    if code == OK and not (args.check or args.diff or outcome.repairs) and noop.is_noop(session.document):
+        noop.record(session, ctx, session.document, facts_at=facts_at)
+    return code
 
 
 def switch_of(before, ctx) -> dict | None:
@@ -80,6 +94,7 @@ def finish(session, command: str, outcome, code: int, *, check: bool, switch: di
         endpoint=serving["endpoint"], aborted="interrupted" if interrupts.received() and not outcome.ok else None,
         changed=outcome.changed, reverted=outcome.reverted, check=check, detail=outcome.detail or None,
         roles=[r.to_json() for r in outcome.results], switch=switch)
+    session.document = document
     if not check:
         session.record_run(document)
     if session.json:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 from ds4_converge.cli.command import FAILED, NEVER_CONVERGED, OK, CliError, Command
@@ -82,6 +81,8 @@ def logs(args, session) -> int:
                for key, path in logs_found.items()}))
         return OK
     if build_log is not None:
+        from datetime import datetime
+
         when = datetime.fromtimestamp(build_log.stat().st_mtime).strftime("%Y-%m-%d %H:%M:%S")
         session.say(f"==> {build_log} (failed build, {when}) <==")
         sys.stdout.write(tail(build_log, args.lines))
@@ -98,6 +99,8 @@ def logs(args, session) -> int:
 
 def failed_build_log(layout, last_run: dict | None) -> Path | None:
     """The newest build log, while it is that of a failed build (no release tree) and no run succeeded since."""
+    from datetime import datetime
+
     builds = sorted(layout.logs.glob("build-*.log"), key=lambda p: p.stat().st_mtime) if layout.logs.is_dir() else []
     if not builds:
         return None

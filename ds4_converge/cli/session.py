@@ -19,6 +19,7 @@ class Session:
         self.emitted = False  # the --json document was printed: nothing may follow it on stdout
         self.loaded = None  # LoadedSpec, once read
         self.ctx = None  # Context, once made
+        self.document = None  # the report of a converge or rollback, once made
         self._out = self._err = None
 
     # ------------------------------------------------------------------ printing
@@ -135,19 +136,8 @@ class Session:
     def record_run(self, document: dict) -> None:
         """Keep the report of a converge or rollback that may have changed something (best effort)."""
         ctx = self.ctx
-        if ctx is None or not ctx.layout.root.is_dir():
-            return
-        record = {"command": document["command"], "ok": document["ok"], "error": document["error"],
-                  "release": document["release"], "finished_at": _now()}
-        path = ctx.layout.logs / LAST_RUN
-        tmp = path.with_name(f".{LAST_RUN}.{os.getpid()}")
-        try:  # atomic but not fsynced: a record lost to a power cut costs nothing, a no-op run stays fast
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(record, indent=2) + "\n")
-            os.replace(tmp, path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
+        if ctx is not None and ctx.layout.root.is_dir():
+            write_last_run(ctx.layout.logs, document)
 
     def last_run(self) -> dict | None:
         try:
@@ -177,6 +167,22 @@ class _Lock:
 
     def __exit__(self, *exc):
         self.lock.__exit__(*exc)
+
+
+def write_last_run(logs, document: dict) -> None:
+    """ROOT/logs/last-run.json: atomic but not fsynced (a record lost to a power cut costs nothing, a no-op run
+    stays fast)."""
+    record = {"command": document["command"], "ok": document["ok"], "error": document["error"],
+              "release": document["release"], "finished_at": _now()}
+    path = logs / LAST_RUN
+    tmp = path.with_name(f".{LAST_RUN}.{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(record, indent=2) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def _now() -> str:

@@ -41,6 +41,7 @@ class Outcome:
     error: str = ""
     detail: str = ""
     exception: BaseException | None = field(default=None, repr=False)  # for --debug; never in the JSON
+    repairs: list[str] = field(default_factory=list)  # what this run found broken and mended (said once)
 
     @property
     def changed(self) -> bool:
@@ -94,10 +95,9 @@ def converge(ctx: Context, *, diff: bool = False, roles: Sequence = ROLES,
     finally:
         if ctx.switched and not ctx.check:
             guard.disarm(ctx.layout)  # settled: proven, reverted, or reported as failed with what serves
-    if repaired and outcome.results:
-        outcome.results[0].warnings.insert(0, repaired)
-    if damaged and outcome.results:
-        outcome.results[0].warnings.insert(0, f"state: {damaged}")
+    outcome.repairs = [r for r in (damaged and f"state: {damaged}", repaired) if r]
+    if outcome.results:
+        outcome.results[0].warnings[:0] = outcome.repairs
     if damaged and outcome.ok and not ctx.check and ctx.state.damaged:  # nothing saved it: record what was rebuilt
         ctx.before_change()
         ctx.state.save(ctx.layout.state_file)

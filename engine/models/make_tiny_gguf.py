@@ -19,6 +19,8 @@ plain Python values (bool → BOOL, int → UINT32, float → FLOAT32, str → S
 
 from __future__ import annotations
 
+import copy
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,8 +53,14 @@ class Value:
 
 
 def knowledge() -> dict:
+    """A fresh copy each call (callers may change it); the file is parsed once, with libyaml when PyYAML has it."""
+    return copy.deepcopy(_parsed_knowledge())
+
+
+@functools.cache
+def _parsed_knowledge() -> dict:
     with open(KNOWLEDGE, encoding="utf-8") as f:
-        return yaml.safe_load(f)
+        return yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def tokenizer_kv(k: dict | None = None) -> dict[str, Value]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ds4_converge.cli.host_commands import starter_spec
+from ds4_converge.preflight.starter import starter_spec
 from ds4_converge.facts import (HostFacts, Version, gather_host_facts, parse_gpu_query, parse_nvcc_version,
                                 parse_nvidia_smi_header)
 from ds4_converge.preflight.rules import all_findings, target_findings

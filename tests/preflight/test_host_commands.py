@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from ds4_converge.facts import HostFacts, Version
-from ds4_converge.cli.host_commands import Q2_IMATRIX, starter_spec
+from ds4_converge.preflight.starter import Q2_IMATRIX, starter_spec
 from ds4_converge.spec.loader import load_spec
 from boxes import report_document
 from fakehost import GB10, H200, cuda, host, toolkit

@@ -4,7 +4,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from ds4_converge.core.lock import LockHeld, RunLock
+
+# real processes racing for the lock, many rounds: an end-to-end test
+pytestmark = pytest.mark.slow
 
 CONTENDER = """
 import sys, time

@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# real git repositories built and rewritten: not for make test-fast
+pytestmark = pytest.mark.slow
+
 SCRIPT = Path(__file__).resolve().parents[2] / "engine" / "make_sim_repo.py"
 
 

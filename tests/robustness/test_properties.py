@@ -2,7 +2,8 @@
 exit 2 with a located message (FILE:LINE:COL, FILE, or --set ITEM), never a traceback. Values that reach a
 rendered file are read back with supervisor's own config parser and equal the spec's.
 
-About 1,100 examples in all; each example is in-process and small, so the whole module stays fast.
+About 1,100 examples in all under `make test`; `make test-fast` loads the hypothesis profile "fast" (tests/conftest.py),
+which runs a few of each, so the properties are still exercised while people work.
 """
 from __future__ import annotations
 
@@ -37,6 +38,11 @@ BASE = {"engine": {"repo": "https://example.invalid/ds4.git", "ref": "v0.2.0", "
 FIELDS = {name: list(field.annotation.model_fields) if hasattr(field.annotation, "model_fields") else []
           for name, field in Spec.model_fields.items()}
 FAST = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+def examples(full: int) -> int:
+    """`full` examples, or the profile's few under the "fast" profile (its max_examples is below the default)."""
+    return min(full, settings.default.max_examples) if settings.default.max_examples < 100 else full
 
 # values a hostile or careless spec may hold: numbers of every size, YAML-looking strings, nested things
 # any character a value may hold, with the ones that mean something to a shell, an INI file or supervisor often
@@ -98,7 +104,7 @@ def _mutate(text: str, how: int, where: int, junk: str) -> str:
 def test_a_spec_file_is_valid_or_a_located_error():
     outcomes = set()
 
-    @settings(FAST, max_examples=300)
+    @settings(FAST, max_examples=examples(300))
     @given(spec_documents(), st.integers(0, 3), st.integers(0, 10_000), st.text(max_size=12))
     def load(data, how, where, junk):
         path = _path("doc.yaml")
@@ -109,7 +115,7 @@ def test_a_spec_file_is_valid_or_a_located_error():
     assert outcomes == {True, False}, "the examples reach both valid specs and located errors"
 
 
-@settings(FAST, max_examples=150)
+@settings(FAST, max_examples=examples(150))
 @given(st.text(max_size=300))
 def test_any_text_is_valid_or_a_located_error(text):
     path = _path("text.yaml")
@@ -117,7 +123,7 @@ def test_any_text_is_valid_or_a_located_error(text):
     _load_or_located(path)
 
 
-@settings(FAST, max_examples=100)
+@settings(FAST, max_examples=examples(100))
 @given(st.binary(max_size=400))
 def test_any_bytes_are_a_located_error(data):
     path = _path("bytes.yaml")
@@ -133,7 +139,7 @@ SET_VALUES = st.one_of(st.text(max_size=30), st.integers().map(str), st.just("9"
                        st.sampled_from(["[1, [2, [3]]]", "{a: 1}", "&a [*a]", "yes", ".inf", "--host", ""]))
 
 
-@settings(FAST, max_examples=250)
+@settings(FAST, max_examples=examples(250))
 @given(st.lists(st.tuples(SET_KEYS, SET_VALUES), min_size=1, max_size=3))
 def test_set_values_are_valid_or_a_located_error(items):
     path = _path("base.yaml")
@@ -169,7 +175,7 @@ def _read_back(root: Path, conf: str):
     return options, programs["ds4"]
 
 
-@settings(FAST, max_examples=150)
+@settings(FAST, max_examples=examples(150))
 @given(env=st.dictionaries(ENV_KEYS, SAFE_TEXT, max_size=4), extra=st.lists(EXTRA, max_size=4),
        host=st.one_of(st.just("localhost"), IPV4), port=st.integers(1, 65535), ctx=st.integers(1, 2**24),
        model=NAME, kv=st.one_of(st.none(), NAME))
@@ -203,7 +209,7 @@ ROOT_CHARS = st.text(st.characters(whitelist_categories=("Lu", "Ll", "Nd"), whit
                      min_size=1, max_size=12)
 
 
-@settings(FAST, max_examples=100)
+@settings(FAST, max_examples=examples(100))
 @given(st.lists(ROOT_CHARS.filter(lambda s: s not in (".", "..")), min_size=1, max_size=3))
 def test_every_root_the_spec_accepts_reads_back_from_supervisord_conf(parts):
     root = WORK / "roots" / "/".join(parts)
@@ -258,7 +264,7 @@ def test_check_mode_is_a_plan_or_a_located_error(sim_repo):
                                     "model": {"main": str(MODEL)}, "server": {"port": 1},
                                     "paths": {"root": str(root)}}))
 
-    @settings(FAST, max_examples=60)
+    @settings(FAST, max_examples=examples(60))
     @given(overrides())
     def check(items):
         argv = [str(path), "--check", "--json"]
@@ -305,7 +311,7 @@ def test_the_engine_receives_exactly_the_argv_and_environment_of_the_spec(engine
     box = engine_box
     (WORK / "traces").mkdir(exist_ok=True)
 
-    @settings(FAST, max_examples=5)
+    @settings(FAST, max_examples=examples(5))
     @given(env=st.dictionaries(ENV_KEYS.filter(lambda k: not k.startswith("DS4_SIM")), SAFE_TEXT, min_size=1,
                                max_size=3),
            extra=st.lists(SIM_EXTRA, max_size=2).map(lambda groups: [a for g in groups for a in g]),

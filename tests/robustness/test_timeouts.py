@@ -12,6 +12,9 @@ from ds4_converge.core.shell import CommandFailed, run
 from ds4_converge.engine import release as releases
 from ds4_converge.engine.git import EngineRepo
 
+# real hanging commands waited out: not for make test-fast
+pytestmark = pytest.mark.slow
+
 
 def _alive(pid: int) -> bool:
     try:

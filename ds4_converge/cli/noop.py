@@ -1,0 +1,157 @@
+"""`ds4-converge SPEC` on a box that is already converged, answered from the last no-op's receipt.
+
+`replay` runs before anything heavy is imported (no pydantic, no spec validation, no host commands): when the
+receipt of the last full no-op still holds (core/receipt.py checks every file, process and the endpoint it relied
+on), the run reports that no-op again, with today's time, and records it as the last run. Whenever anything
+differs, or the arguments ask for more than a plain converge (--check, --diff, --refresh, ...), it returns None
+and the full converge runs as always. `record` writes the receipt after a full converge that changed nothing.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from ds4_converge.core import receipt
+
+# the arguments a receipt can answer; anything else is a full converge
+JSON, SET = "--json", "--set"
+
+
+def fast_arguments(argv: list[str], commands) -> tuple[Path, list[str], bool] | None:
+    """(spec, --set values, --json) when argv is a plain `ds4-converge SPEC [--json] [--set K=V ...]`."""
+    if not argv or argv[0].startswith("-") or argv[0] in commands:
+        return None
+    spec, overrides, json_mode, rest = Path(argv[0]), [], False, argv[1:]
+    while rest:
+        word = rest.pop(0)
+        if word == JSON:
+            json_mode = True
+        elif word == SET and rest:
+            overrides.append(rest.pop(0))
+        elif word.startswith(SET + "="):
+            overrides.append(word[len(SET) + 1:])
+        else:
+            return None
+    return spec, overrides, json_mode
+
+
+def replay(argv: list[str], commands) -> int | None:
+    """The recorded no-op's exit code after printing it again; None: take the full path."""
+    parsed = fast_arguments(argv, commands)
+    path = receipt.receipt_path(parsed[0]) if parsed else None
+    stored = receipt.load(path) if path else None
+    if stored is None:
+        return None
+    spec, overrides, json_mode = parsed
+    try:
+        asked = receipt.inputs(spec, overrides)
+    except OSError:  # the spec is gone or unreadable: the full path says so properly
+        return None
+    from ds4_converge.core.lock import LockHeld, RunLock
+
+    try:
+        lock = RunLock(Path(stored["lock"]), read_only=True).acquire()  # a run in progress: the full path waits
+    except (LockHeld, OSError):
+        return None
+    with lock:
+        if receipt.still_holds(stored, asked) is not None:
+            return None
+        document = {**stored["document"], "from_receipt": stored["recorded_at"]}
+        from ds4_converge.cli.session import write_last_run
+
+        write_last_run(Path(stored["logs"]), document)
+    if json_mode:
+        from ds4_converge.cli.report import print_json
+
+        print_json(document)
+    else:
+        _print_lines(stored["lines"], stored["recorded_at"])
+    return document["exit_code"]
+
+
+def _print_lines(lines: list[dict], recorded_at: str) -> None:
+    """As the full run printed them: plain and time-stamped without a terminal, in colour on one."""
+    from ds4_converge.cli.progress import mode_for, stamp
+
+    note = f"(no-op checked against the receipt of the full run at {recorded_at}; --refresh plans from scratch)"
+    if mode_for(False) == "live":
+        from ds4_converge.cli.report import console, escape
+
+        out = console(sys.stdout)
+        for line in lines:
+            out.print(line["markup"])
+        out.print(f"[dim]{escape(note)}[/]")
+        return
+    now = stamp()
+    for line in lines:
+        prefix = f"{now} " if line["stamped"] else (" " * (len(now) + 1) if line["role"] else "")
+        sys.stdout.write(prefix + line["plain"] + "\n")
+    sys.stdout.write(note + "\n")
+    sys.stdout.flush()
+
+
+def forget(spec: Path) -> None:
+    """A full converge starts: whatever it does, the last receipt no longer speaks for this box."""
+    receipt.forget(receipt.receipt_path(spec))
+
+
+def is_noop(document: dict) -> bool:
+    """Nothing applied by any role (not even a wait for an engine supervisord restarted): a report worth
+    repeating as long as nothing changes."""
+    return not document["changed"] and all(not role["changes"] for role in document["roles"])
+
+
+def record(session, ctx, document: dict, *, facts_at: float) -> None:
+    """After a full converge that changed nothing: what it relied on, and what it printed."""
+    path = receipt.receipt_path(Path(session.args.spec))
+    current = ctx.state.current
+    if path is None or current is None or ctx.state.damaged:
+        return
+    from ds4_converge.health.probe import MODEL_ID
+    from ds4_converge.service.guard import intent_path
+    from ds4_converge.service.systemd import unit_path
+
+    serving = session.serving()
+    layout, name = ctx.layout, ctx.spec.server.name
+    try:
+        supervisord = int(layout.supervisord_pid.read_text().strip())
+    except (OSError, ValueError):
+        return
+    if not serving["pid"]:
+        return
+    files = [layout.state_file, layout.supervisord_conf, layout.program_conf(name), intent_path(layout),
+             unit_path(name), *(layout.cache / f for f in ("pins.json", "digests.json", "rendered.json")),
+             layout.releases / current.release, current.command[0], *current.model_files, "/etc/passwd",
+             "/etc/group"]
+    if ctx.spec.engine.installer:
+        files.append(ctx.host_path(ctx.spec.engine.installer))
+    if ctx.toolkit.nvcc:
+        files.append(ctx.toolkit.nvcc)
+    asked = receipt.inputs(Path(session.args.spec), list(session.args.overrides))
+    made = receipt.make(asked, root=layout.root, files=[str(f) for f in files],
+                        processes={"supervisord": supervisord, name: serving["pid"]}, endpoint=ctx.endpoint,
+                        model_id=MODEL_ID, document=document, facts_at=facts_at)
+    made.update(lock=str(layout.lock_file), logs=str(layout.logs), recorded_at=time.strftime("%Y-%m-%d %H:%M:%S"))
+    made["lines"] = _lines(document, ctx)
+    receipt.save(path, made)
+
+
+def _lines(document: dict, ctx) -> list[dict]:
+    """The role lines and the recap of `document`, as markup for a terminal and as plain text for logs."""
+    from types import SimpleNamespace
+
+    from ds4_converge.cli import report
+
+    lines = []
+    for role in document["roles"]:
+        for i, markup in enumerate(report.role_lines(SimpleNamespace(**role), check=False)):
+            lines.append({"markup": markup, "plain": report.plain(markup), "stamped": i == 0, "role": True})
+
+    class Collect:
+        def print(self, markup: str) -> None:
+            for part in markup.split("\n"):
+                lines.append({"markup": part, "plain": report.plain(part), "stamped": False, "role": False})
+
+    report.recap(Collect(), document)
+    return lines
