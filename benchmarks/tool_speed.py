@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "spec" / "examples" / "sim.yaml"
 BIN = Path(sys.executable).parent
 HEAVY = ("numpy", "gguf", "huggingface_hub", "requests", "urllib3", "rich", "jinja2", "supervisor.xmlrpc",
-         "tenacity")
+         "tenacity", "pydantic", "ruamel.yaml")
 NOOP_HEADING = "## Tool speed: no-op converge against Ansible"
 RESTART_HEADING = "## Tool speed: restart overhead"
 
@@ -244,6 +244,7 @@ def main() -> None:
     where = machine()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        os.environ["XDG_CACHE_HOME"] = str(work / "user-cache")  # the no-op receipts of this run, not ~/.cache's
         box = Box(work)
         try:
             box.converge()

@@ -24,9 +24,19 @@ class SupervisorError(Ds4Error):
     pass
 
 
+def this_python() -> str:
+    """This environment's interpreter, named the same however the tool was started (`python -m`, `python3 -m`, the
+    ds4-converge script): a rendered config must not change with that."""
+    for name in (f"python{sys.version_info.major}", "python"):
+        candidate = os.path.join(sys.prefix, "bin", name)
+        if os.path.exists(candidate) and os.path.samefile(candidate, sys.executable):
+            return candidate
+    return sys.executable
+
+
 def supervisord_argv(conf: Path, *, foreground: bool = False) -> list[str]:
     """supervisord from the same environment as this tool, so versions always match."""
-    return [sys.executable, "-m", "supervisor.supervisord", *(["--nodaemon"] if foreground else []), "-c", str(conf)]
+    return [this_python(), "-m", "supervisor.supervisord", *(["--nodaemon"] if foreground else []), "-c", str(conf)]
 
 
 GUARD = "ds4c.switch-guard"  # a name server.name cannot take (it allows no '.')
@@ -34,7 +44,7 @@ GUARD = "ds4c.switch-guard"  # a name server.name cannot take (it allows no '.')
 
 def guard_argv(root: Path) -> list[str]:
     """The switch guard (service/guard.py), run by supervisord from the same environment as this tool."""
-    return [sys.executable, "-m", "ds4_converge.service.guard", str(root)]
+    return [this_python(), "-m", "ds4_converge.service.guard", str(root)]
 
 
 KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "HOME", "USER", "LOGNAME")
