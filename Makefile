@@ -48,10 +48,11 @@ test: lint-imports
 	$(BIN)/python -m pytest -q
 
 # Under 10 s on 2 idle cores: a few hypothesis examples per property (make test runs them all), and only the
-# plugins these tests use (testinfra and anyio serve the fleet tests: loading them costs a second).
+# plugins these tests use (testinfra and anyio serve the fleet tests: loading them costs a second; the
+# unraisable-exception check's two full garbage collections at the end are make test's business).
 test-fast: lint-imports
 	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)/python -m pytest -q -m "not slow" -p _hypothesis_pytestplugin \
-		-p pytest_timeout --hypothesis-profile=fast
+		-p pytest_timeout -p no:unraisableexception --hypothesis-profile=fast
 
 # the layering contracts of .importlinter: roles never import each other, the CLI never reaches into a role,
 # nothing imports the CLI, the spec and the facts depend on nothing else of the package

@@ -1,7 +1,7 @@
 """`ds4-converge bench` and `ds4-converge tune` against the simulated engine, with DGX Spark-like speeds.
 
-The simulator's speed follows its flags and environment (engine/sim/ds4_speed.py). Two profiles, from the field
-figures in issue 12 and field notes 6.4:
+The simulator's speed follows its flags and environment (engine/sim/ds4_speed.py). Two profiles, from what DGX
+Spark users measured with the real engine:
 
 - spark: the fork on DeepSeek-V4-Flash q2: 15.3 tok/s plain decode, 722 tok/s prefill, `--power 75` scaling
   decode to ~11.5, MTP net-negative (accept 0.3, overhead 0.35 per drafted token), the DSpark drafter ~1.39x

@@ -109,6 +109,8 @@ def measure_noop(box: Box, work: Path, runs: int, baseline: Path | None) -> dict
     cases = {
         "ds4-converge (text)": lambda: timed(box.argv()),
         "ds4-converge --json": lambda: timed(box.argv("--json"), check_json=True),
+        "ds4-converge --json --refresh (the full plan, no receipt)": lambda: timed(box.argv("--json", "--refresh"),
+                                                                                 check_json=True),
         "ansible-playbook (stat, uri, command)": lambda: timed(
             [str(BIN / "ansible-playbook"), "-i", "localhost,", str(playbook)], env=ansible_env),
         "python -c pass (interpreter start)": lambda: timed([sys.executable, "-c", "pass"]),
@@ -166,21 +168,56 @@ def engine_load(box: Box) -> float:
         proc.wait(30)
 
 
+MARKERS = {"stop": "… stopping", "start": "… starting", "probe": "… probing", "probed": " probe "}
+
+
+def timeline(argv: list[str]) -> dict[str, float]:
+    """Run a converge in text mode; when (s after spawn) each step's line appeared, and when it exited."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    seen: dict[str, float] = {}
+    for line in proc.stdout:
+        now = time.perf_counter() - started
+        seen.setdefault("first line", now)
+        for key, marker in MARKERS.items():
+            if marker in line and key not in seen and (key != "probed" or "changed" in line):
+                seen[key] = now
+    if proc.wait() != 0:
+        raise SystemExit(f"{' '.join(argv)} failed")
+    seen["exit"] = time.perf_counter() - started
+    return seen
+
+
 def measure_restart(box: Box, restarts: int) -> dict:
     soak = 3.0  # health.soak_s of spec/examples/sim.yaml
-    loads, walls = [], []
+    loads, walls, steps = [], [], []
     for i in range(restarts):
         loads.append(engine_load(box))
         ctx = 16384 if i % 2 == 0 else 32768
-        started = time.perf_counter()
-        document = box.converge("--set", f"server.ctx={ctx}")
-        walls.append(time.perf_counter() - started)
-        service = next(r for r in document["roles"] if r["name"] == "service")
-        assert service["status"] == "changed", service
+        seen = timeline(box.argv("--set", f"server.ctx={ctx}", "--progress-interval", "0"))
+        missing = {"stop", "start", "probe", "probed"} - set(seen)
+        assert not missing, f"no restart? {seen}"
+        walls.append(seen["exit"])
+        steps.append({"start-up, facts and plans (to the stop)": seen["stop"],
+                      "stop the old engine": seen["start"] - seen["stop"],
+                      "start the new one": seen["probe"] - seen["start"],
+                      "probe: load, smoke answer, soak": seen["probed"] - seen["probe"],
+                      "record, report, exit": seen["exit"] - seen["probed"]})
     load, wall = statistics.median(loads), statistics.median(walls)
     overheads = [w - load - soak for w in walls]
     return {"load": load, "soak": soak, "wall": wall, "overhead": statistics.median(overheads),
-            "overhead_max": max(overheads)}
+            "overhead_max": max(overheads), "steps": {k: statistics.median(s[k] for s in steps) for k in steps[0]},
+            "floor": import_floor()}
+
+
+def import_floor(runs: int = 9) -> dict[str, float]:
+    """What any run that validates a spec pays before it can plan: the interpreter, pydantic, the spec models."""
+    def median(code: str) -> float:
+        return statistics.median(timed([sys.executable, "-c", code]) for _ in range(runs))
+
+    bare = median("pass")
+    return {"python -c pass": bare, "+ import pydantic (BaseModel)": median("from pydantic import BaseModel") - bare,
+            "+ the spec models and loader": median("import ds4_converge.spec.loader") - bare}
 
 
 def machine() -> str:
@@ -210,16 +247,23 @@ def noop_report(result: dict, json_imports: list[str], text_imports: list[str], 
 
 
 def restart_report(result: dict, restarts: int, where: str) -> str:
-    return "\n".join([
+    lines = [
         RESTART_HEADING, "",
-        f"`benchmarks/tool_speed.py`, {where}; {restarts} runs alternating server.ctx, each a restart of the engine "
-        f"through the whole probe (smoke answer, {result['soak']:.0f} s soak).", "",
+        f"`benchmarks/tool_speed.py`, {where}; {restarts} converges in text mode alternating server.ctx, each a "
+        f"restart of the engine through the whole probe (smoke answer, {result['soak']:.0f} s soak); medians.", "",
         "| what | median |", "|---|---|",
         f"| wall time of the converge that restarts | {result['wall']:.2f} s |",
         f"| the engine's own load (spawn to /v1/models, measured alone) | {result['load']:.2f} s |",
         f"| health.soak_s | {result['soak']:.2f} s |",
         f"| **restart overhead** (wall − load − soak) | **{result['overhead']:.2f} s** (max "
-        f"{result['overhead_max']:.2f} s) |", ""])
+        f"{result['overhead_max']:.2f} s) |", "",
+        "Where the time goes (when each step's line appeared):", "",
+        "| step | median |", "|---|---|"]
+    lines += [f"| {step} | {seconds:.3f} s |" for step, seconds in result["steps"].items()]
+    lines += ["", "What any run that reads a spec pays before it can plan (process start to end, medians of 9):", "",
+              "| | |", "|---|---|"]
+    lines += [f"| {what} | {seconds:.3f} s |" for what, seconds in result["floor"].items()]
+    return "\n".join(lines + [""])
 
 
 def write_section(heading: str, text: str) -> None:

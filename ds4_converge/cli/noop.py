@@ -55,8 +55,8 @@ def replay(argv: list[str], commands) -> int | None:
     except (LockHeld, OSError):
         return None
     with lock:
-        if receipt.still_holds(stored, asked) is not None:
-            return None
+        if (not json_mode and stored.get("lines") is None) or receipt.still_holds(stored, asked) is not None:
+            return None  # (a --json run recorded no text: the full path prints it, and records it)
         document = {**stored["document"], "from_receipt": stored["recorded_at"]}
         from ds4_converge.cli.session import write_last_run
 
@@ -103,7 +103,15 @@ def is_noop(document: dict) -> bool:
 
 
 def record(session, ctx, document: dict, *, facts_at: float) -> None:
-    """After a full converge that changed nothing: what it relied on, and what it printed."""
+    """After a full converge that changed nothing: what it relied on, and what it printed. Best effort: a
+    receipt that cannot be made only costs the next run its shortcut, never this run its result."""
+    try:
+        _record(session, ctx, document, facts_at)
+    except Exception:  # noqa: BLE001 - the spec removed meanwhile, supervisord gone, an unwritable cache …
+        forget(Path(session.args.spec))
+
+
+def _record(session, ctx, document: dict, facts_at: float) -> None:
     path = receipt.receipt_path(Path(session.args.spec))
     current = ctx.state.current
     if path is None or current is None or ctx.state.damaged:
@@ -132,12 +140,13 @@ def record(session, ctx, document: dict, *, facts_at: float) -> None:
     made = receipt.make(asked, root=layout.root, files=[str(f) for f in files],
                         processes={"supervisord": supervisord, name: serving["pid"]}, endpoint=ctx.endpoint,
                         model_id=MODEL_ID, document=document, facts_at=facts_at)
-    made.update(lock=str(layout.lock_file), logs=str(layout.logs), recorded_at=time.strftime("%Y-%m-%d %H:%M:%S"))
-    made["lines"] = _lines(document, ctx)
+    made.update(lock=str(layout.lock_file), logs=str(layout.logs), recorded_at=time.strftime("%Y-%m-%d %H:%M:%S"),
+                # text for people only from a run that printed it: rich is not worth a --json run's time
+                lines=None if session.json else _lines(document))
     receipt.save(path, made)
 
 
-def _lines(document: dict, ctx) -> list[dict]:
+def _lines(document: dict) -> list[dict]:
     """The role lines and the recap of `document`, as markup for a terminal and as plain text for logs."""
     from types import SimpleNamespace
 

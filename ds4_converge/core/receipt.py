@@ -21,14 +21,18 @@ import hashlib
 import json
 import os
 import socket
+import stat
 import time
 from pathlib import Path
+
+from ds4_converge.service.processes import start_time
 
 FORMAT = 1
 FACTS_TTL_S = 900
 PACKAGE = Path(__file__).resolve().parents[1]
 DRIVER_VERSION = Path("/proc/driver/nvidia/version")
 MAX_ANSWER = 1 << 20
+MAX_SPEC_READ = 1 << 20  # above the loader's own cap: such a spec takes the full path, which refuses it
 # what changes between two identical invocations, or only how the report looks, without changing what a run does
 VOLATILE_ENV = frozenset({"_", "OLDPWD", "PWD", "SHLVL", "TERM", "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR",
                           "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK", "PYTEST_CURRENT_TEST",
@@ -45,7 +49,13 @@ def receipt_path(spec: Path) -> Path | None:
 
 
 def inputs(spec: Path, arguments: list[str]) -> dict:
-    """What the run was asked: the spec's bytes, the arguments, who asks, in which environment, with which tool."""
+    """What the run was asked: the spec's bytes, the arguments, who asks, in which environment, with which tool.
+
+    Raises OSError for a spec that is not a small regular file (a FIFO would block the read): the full path
+    refuses it properly."""
+    st = os.stat(spec)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SPEC_READ:
+        raise OSError(f"{spec}: not a regular file of at most {MAX_SPEC_READ} bytes")
     env = sorted((k, v) for k, v in os.environ.items() if k not in VOLATILE_ENV)
     return {"format": FORMAT, "spec": _sha256(Path(spec).read_bytes()), "arguments": arguments, "uid": os.getuid(),
             "env": _sha256(json.dumps(env).encode()), "tool": tool_fingerprint()}
@@ -85,15 +95,6 @@ def identity(path: str) -> list[int] | None:
     except OSError:
         return None
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode]
-
-
-def start_time(pid: int) -> int | None:
-    """The kernel's start time of a live process (clock ticks since boot): a PID reused later has another."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return int(fields[19]) if fields[0] != "Z" else None
 
 
 def driver_version() -> str | None:

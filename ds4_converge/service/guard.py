@@ -26,7 +26,8 @@ from pathlib import Path
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.lock import LockHeld, RunLock
 from ds4_converge.core.state import Deployment, State, StateUnreadable
-from ds4_converge.service.supervisor import GUARD, Supervisor
+from ds4_converge.service import processes
+from ds4_converge.service.supervisor import Supervisor
 
 POLL_S = 0.25
 
@@ -39,7 +40,7 @@ def arm(layout: Layout, supervisor: Supervisor | None, *, name: str, grace: floa
         fallback: Deployment | None) -> None:
     """Record the switch before anything stops; with a supervisor, make sure its guard watches."""
     pid = os.getpid()
-    intent = {"pid": pid, "start": _start_time(pid), "name": name, "grace": grace,
+    intent = {"pid": pid, "start": processes.start_time(pid), "name": name, "grace": grace,
               "fallback": asdict(fallback) if fallback else None}
     write_atomic(intent_path(layout), json.dumps(intent) + "\n", mode=0o600)
     if supervisor is not None:
@@ -64,15 +65,7 @@ def read_intent(layout: Layout) -> dict | None:
 def run_alive(intent: dict) -> bool:
     """The run that recorded the intent still runs (same PID and start time: a reused PID is not it)."""
     pid = intent.get("pid") or 0
-    return pid > 0 and intent.get("start") is not None and _start_time(pid) == intent["start"]
-
-
-def _start_time(pid: int) -> int | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return int(fields[19]) if fields[0] != "Z" else None
+    return pid > 0 and intent.get("start") is not None and processes.start_time(pid) == intent["start"]
 
 
 def restore(layout: Layout, intent: dict) -> str:

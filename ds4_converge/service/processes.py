@@ -6,24 +6,24 @@ when it descends from a program our supervisord runs, and the tests find engines
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 PROC = Path("/proc")
 
 
-@dataclass(frozen=True)
-class Process:
+class Process(NamedTuple):  # not a dataclass: the no-op receipt reads /proc here, and its start-up counts
     pid: int
     ppid: int
     pgid: int
     state: str  # R, S, D, Z (zombie), …
+    started: int  # clock ticks after boot: with the pid, which process this is (a reused pid starts later)
 
 
 def parse_stat(pid: int, text: str) -> Process:
     """`/proc/PID/stat` -> Process. The command name sits in parentheses and may hold spaces or ')'."""
     fields = text.rsplit(")", 1)[1].split()
-    return Process(pid=pid, state=fields[0], ppid=int(fields[1]), pgid=int(fields[2]))
+    return Process(pid=pid, state=fields[0], ppid=int(fields[1]), pgid=int(fields[2]), started=int(fields[19]))
 
 
 def read(pid: int) -> Process | None:
@@ -32,6 +32,12 @@ def read(pid: int) -> Process | None:
         return parse_stat(pid, (PROC / str(pid) / "stat").read_text())
     except (OSError, IndexError, ValueError):
         return None
+
+
+def start_time(pid: int) -> int | None:
+    """When a live process started (see Process.started); None when it is gone or a zombie."""
+    process = read(pid)
+    return process.started if process is not None and process.state != "Z" else None
 
 
 def every() -> Iterator[Process]:

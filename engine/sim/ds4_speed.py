@@ -28,7 +28,7 @@ import threading
 import ds4_common as C
 
 # field-like: upstream MTP is net-negative on GB10 (0.96x at draft 1), the fork's DSpark drafter ~1.39x,
-# the fork serves 28 tok/s to one client and ~59 tok/s to 12 (field notes 6.4, issue 12)
+# the fork serves 28 tok/s to one client and ~59 tok/s to 12 at once (as Spark users measured it)
 DEFAULTS = {"time_scale": "1", "mtp_accept": "0.3", "mtp_overhead": "0.35", "dspark_accept": "0.58",
             "dspark_overhead": "0.15", "dspark_draft": "4", "batch_slowdown": "0.43"}
 

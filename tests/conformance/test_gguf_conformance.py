@@ -125,7 +125,7 @@ def variants() -> list[Variant]:
         "deepseek4.attention.layer_norm_rms_epsilon": Value(T.FLOAT64, 1.0e-6 + 9.0e-7)}))
     found.append(_with("f32 just outside the engine's tolerance",
                        **{"deepseek4.rope.freq_base": Value(T.FLOAT32, 10000.02)}))
-    found.append(_with("old indexer key names (the bug of issue 7)", **{
+    found.append(_with("old indexer key names (deepseek4.indexer.*, which the engine never reads)", **{
         k.replace(".attention.indexer.", ".indexer."): v for k, v in _base().items() if ".indexer." in k}))
     found[-1].kv = {k: v for k, v in found[-1].kv.items() if ".attention.indexer." not in k}
     # the tokenizer, which the engine reads before any deepseek4.* key

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,7 +41,7 @@ class Engine(BaseHTTPRequestHandler):
 @pytest.fixture
 def engine():
     server = ThreadingHTTPServer(("127.0.0.1", 0), type("Answers", (Engine,), {}))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.005}, daemon=True)
     thread.start()
     yield server
     server.shutdown()
@@ -56,7 +55,7 @@ def holding(tmp_path, engine):
     spec.write_text("server: {ctx: 32768}\n")
     model = tmp_path / "model.gguf"
     model.write_bytes(b"GGUF")
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    process = subprocess.Popen(["sleep", "60"])
     made = receipt.make(receipt.inputs(spec, ["server.port=8001"]), root=tmp_path, files=[str(model)],
                         processes={"ds4": process.pid}, endpoint=f"http://127.0.0.1:{engine.server_port}",
                         model_id=MODEL_ID, document={"ok": True}, facts_at=time.time())

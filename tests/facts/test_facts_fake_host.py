@@ -11,6 +11,9 @@ from ds4_converge.facts.arch import Architecture
 from ds4_converge.facts.cuda import CudaLayoutProbe
 from ds4_converge.facts.gpu import NvidiaDriver, NvidiaGpus
 
+# the executor runs the fake host's tools as real processes (timeouts included): not for make test-fast
+pytestmark = pytest.mark.slow
+
 PORT = 1  # nobody listens on tcp/1 in tests
 
 

@@ -14,6 +14,9 @@ import pytest
 from ds4_converge.facts import FactRunner, HostFacts, gather, gather_host_facts, observe, port_holders
 from ds4_converge.facts.port import ProcNetListeners, SsListeners
 
+# this machine's real commands and sockets: not for make test-fast
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def listening():

@@ -10,7 +10,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from requests.structures import CaseInsensitiveDict
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "engine" / "models"))
@@ -148,6 +147,8 @@ class _Handler(BaseHTTPRequestHandler):
         st = self.state
         # recorded before a single byte of the answer leaves: the client's next request (maybe on another
         # connection, so another server thread) can only come after, so `requests` is in the client's order
+        from requests.structures import CaseInsensitiveDict  # here: only the HTTP tests (slow) pay its import
+
         served = Served(path, CaseInsensitiveDict(self.headers.items()), status)
         st.requests.append(served)
         self.send_response(status)

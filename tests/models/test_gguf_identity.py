@@ -36,8 +36,8 @@ def test_every_problem_is_listed_in_the_engines_order(tmp_path, write_gguf):
 
 
 def test_the_indexer_keys_are_the_ones_under_attention(tmp_path, write_gguf):
-    """Issue 7: the real engine reads deepseek4.attention.indexer.*; the old deepseek4.indexer.* names count for
-    nothing."""
+    """The real engine reads deepseek4.attention.indexer.*; the old deepseek4.indexer.* names (which this tool once
+    required) count for nothing."""
     kv = tiny_gguf.main_model_kv()
     assert identify(write_gguf(tmp_path / "ok.gguf", "deepseek4", kv, ["blk.0.x"])).kind == "main"
     moved = {k.replace(".attention.indexer.", ".indexer."): v for k, v in kv.items()}
