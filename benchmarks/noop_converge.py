@@ -16,7 +16,6 @@ import importlib.util
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,14 +27,9 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+from report_file import free_port, write_section  # noqa: E402 - benchmarks/ is on sys.path: run as a script
 MODEL = REPO / "engine" / "models" / "tiny-ds4flash.gguf"
 HEADING = "## No-op converge time"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def make_model(path: Path, extra_bytes: int) -> str:
@@ -104,18 +98,6 @@ def report(rows: list[dict], runs: int) -> str:
     return "\n".join(lines)
 
 
-def write_section(text: str) -> None:
-    path = REPO / "benchmarks" / "REPORT.md"
-    current = path.read_text() if path.exists() else "# Benchmark report\n\n"
-    if HEADING in current:
-        before, _, rest = current.partition(HEADING)
-        after = rest[rest.find("\n## "):] if "\n## " in rest else ""
-        current = before + text + after.lstrip("\n")
-    else:
-        current = current.rstrip("\n") + "\n\n" + text
-    path.write_text(current)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
@@ -134,7 +116,7 @@ def main() -> None:
     text = report(rows, args.runs)
     print(text)
     if not args.no_report:
-        write_section(text)
+        write_section(HEADING, text)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from datetime import date
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+from report_file import write_section  # noqa: E402 - benchmarks/ is on sys.path: run as a script
 HEADING = "## No-op verification cost"
 VOCAB = 129_280
 Q2_GIB = 81
@@ -114,19 +115,6 @@ def render(rows, big_bytes: int, repeat: int) -> str:
     return "\n".join(lines)
 
 
-def update_report(report: Path, section: str) -> None:
-    """Replace our section, keep every other engineer's section as it is."""
-    text = report.read_text() if report.exists() else "# Benchmark report\n\n"
-    start = text.find(HEADING)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find("\n## ", start + len(HEADING))
-        rest = text[end + 1:] if end >= 0 else ""
-        text = text[:start] + section.rstrip("\n") + "\n" + ("\n" + rest if rest else "")
-    report.write_text(text)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--big-gib", type=float, default=4)
@@ -141,7 +129,7 @@ def main() -> None:
     section = render(rows, big_bytes, args.repeat)
     print(section)
     if not args.no_report:
-        update_report(args.report, section)
+        write_section(HEADING, section, args.report)
 
 
 if __name__ == "__main__":

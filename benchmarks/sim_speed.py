@@ -20,7 +20,6 @@ import importlib.util
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+from report_file import free_port, write_section  # noqa: E402 - benchmarks/ is on sys.path: run as a script
 MODELS = REPO / "engine" / "models"
 HEADING = "## Bench and tune on the simulated engine"
 
@@ -38,12 +38,6 @@ SPARK = {"DS4_SIM_DECODE_TOK_S": "15.3", "DS4_SIM_PREFILL_TOK_S": "722", "DS4_SI
          "DS4_SIM_BATCH_SLOWDOWN": "0.43"}
 ABLITERATED = {**SPARK, "DS4_SIM_DECODE_TOK_S": "20", "DS4_SIM_MTP_ACCEPT": "0.22", "DS4_SIM_MTP_OVERHEAD": "0.3",
                "DS4_SIM_DSPARK_ACCEPT": "0.245"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Box:
@@ -173,18 +167,6 @@ def report(found: dict, scale: float, reps: int) -> str:
     return "\n".join(lines)
 
 
-def write_section(text: str) -> None:
-    path = REPO / "benchmarks" / "REPORT.md"
-    current = path.read_text() if path.exists() else "# Benchmark report\n\n"
-    if HEADING in current:
-        before, _, rest = current.partition(HEADING)
-        after = rest[rest.find("\n## "):] if "\n## " in rest else ""
-        current = before + text + after.lstrip("\n")
-    else:
-        current = current.rstrip("\n") + "\n\n" + text
-    path.write_text(current)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scale", type=float, default=1.0, help="DS4_SIM_TIME_SCALE (1: real time)")
@@ -201,7 +183,7 @@ def main() -> None:
     text = report(found, args.scale, args.reps)
     print(text)
     if not args.no_report:
-        write_section(text)
+        write_section(HEADING, text)
 
 
 if __name__ == "__main__":

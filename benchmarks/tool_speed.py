@@ -24,7 +24,6 @@ import json
 import os
 import platform
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from datetime import date
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+from report_file import free_port, write_section  # noqa: E402 - benchmarks/ is on sys.path: run as a script
 SPEC = REPO / "spec" / "examples" / "sim.yaml"
 BIN = Path(sys.executable).parent
 HEAVY = ("numpy", "gguf", "huggingface_hub", "requests", "urllib3", "rich", "jinja2", "supervisor.xmlrpc",
@@ -60,12 +60,6 @@ PLAYBOOK = """\
       ansible.builtin.command: git -C {mirror} rev-parse v0.2.0
       changed_when: false
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def timed(argv: list[str], env: dict | None = None, check_json: bool = False, cwd: Path | None = None) -> float:
@@ -264,18 +258,6 @@ def restart_report(result: dict, restarts: int, where: str) -> str:
               "| | |", "|---|---|"]
     lines += [f"| {what} | {seconds:.3f} s |" for what, seconds in result["floor"].items()]
     return "\n".join(lines + [""])
-
-
-def write_section(heading: str, text: str) -> None:
-    path = REPO / "benchmarks" / "REPORT.md"
-    current = path.read_text() if path.exists() else "# Benchmark report\n\n"
-    if heading in current:
-        before, _, rest = current.partition(heading)
-        after = rest[rest.find("\n## "):] if "\n## " in rest else ""
-        current = before + text + after
-    else:
-        current = current.rstrip("\n") + "\n\n" + text
-    path.write_text(current)
 
 
 def main() -> None:

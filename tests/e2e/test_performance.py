@@ -123,12 +123,8 @@ def _stream_count(url, n, got):
         got.append("<cut>")
 
 
-@pytest.mark.parametrize("ref", ["v0.1.0", "v0.2.0"])  # upstream (connections on the port), fork (/metrics)
-def test_a_streamed_request_in_flight_during_a_restart_completes(box, ref):
-    box.spec["engine"]["ref"] = ref
-    box.spec["server"]["env"].update({"DS4_SIM_DECODE_TOK_S": "12"})
-    box.write()
-    assert box.converge()[0] == 0
+def _restart_while_streaming(box) -> tuple[int, dict, list[str]]:
+    """A ctx change (a restart) while a 150-number answer streams: (exit code, report, what the client got)."""
     got: list[str] = []
     # ~12 s of answer: longer than a converge takes to reach the stop, even on a busy machine
     client = threading.Thread(target=_stream_count, args=(box.endpoint, 150, got))
@@ -137,8 +133,18 @@ def test_a_streamed_request_in_flight_during_a_restart_completes(box, ref):
     while not got and time.monotonic() < deadline:
         time.sleep(0.05)
     assert got, "the answer started"
-    rc, document = box.converge("--set", "server.ctx=65536")  # a restart while the answer streams
+    rc, document = box.converge("--set", "server.ctx=65536")
     client.join(30)
+    return rc, document, got
+
+
+@pytest.mark.parametrize("ref", ["v0.1.0", "v0.2.0"])  # upstream (connections on the port), fork (/metrics)
+def test_a_streamed_request_in_flight_during_a_restart_completes(box, ref):
+    box.spec["engine"]["ref"] = ref
+    box.spec["server"]["env"].update({"DS4_SIM_DECODE_TOK_S": "12"})
+    box.write()
+    assert box.converge()[0] == 0
+    rc, document, got = _restart_while_streaming(box)
     assert rc == 0, document
     assert got[-2:] == ["finish=stop", "[DONE]"] and "".join(got[:-2]).split() == [str(i) for i in range(1, 151)]
     service = next(r for r in document["roles"] if r["name"] == "service")
@@ -150,14 +156,7 @@ def test_without_drain_a_restart_cuts_the_answer(box):
     box.spec["server"]["env"].update({"DS4_SIM_DECODE_TOK_S": "12"})
     box.write()
     assert box.converge()[0] == 0
-    got: list[str] = []
-    client = threading.Thread(target=_stream_count, args=(box.endpoint, 150, got))
-    client.start()
-    deadline = time.monotonic() + 10
-    while not got and time.monotonic() < deadline:
-        time.sleep(0.05)
-    rc, document = box.converge("--set", "server.ctx=65536")
-    client.join(30)
+    rc, document, got = _restart_while_streaming(box)
     assert rc == 0, document
     assert "[DONE]" not in got and len(got) < 150, got
     service = next(r for r in document["roles"] if r["name"] == "service")
