@@ -37,6 +37,9 @@ REPO = Path(__file__).resolve().parents[1]
 from report_file import free_port, write_section  # noqa: E402 - benchmarks/ is on sys.path: run as a script
 SPEC = REPO / "spec" / "examples" / "sim.yaml"
 BIN = Path(sys.executable).parent
+# the name the installed ds4-converge script runs as: the supervisord config renders the interpreter's path, and
+# a baseline checkout (which renders whatever name started it) must render the same one, or each run is a change
+PYTHON = str(BIN / "python3") if (BIN / "python3").exists() else sys.executable
 HEAVY = ("numpy", "gguf", "huggingface_hub", "requests", "urllib3", "rich", "jinja2", "supervisor.xmlrpc",
          "tenacity", "pydantic", "ruamel.yaml")
 NOOP_HEADING = "## Tool speed: no-op converge against Ansible"
@@ -78,7 +81,7 @@ class Box:
         self.root, self.port = work / "root", free_port()
         self.sets = ["--set", f"paths.root={self.root}", "--set", f"server.port={self.port}"]
 
-    def argv(self, *extra: str, python: str = sys.executable) -> list[str]:
+    def argv(self, *extra: str, python: str = PYTHON) -> list[str]:
         return [python, "-m", "ds4_converge.cli", str(SPEC), *self.sets, *extra]
 
     def converge(self, *extra: str) -> dict:
@@ -89,7 +92,7 @@ class Box:
         return document
 
     def stop(self) -> None:
-        subprocess.run([sys.executable, "-m", "ds4_converge.cli", "stop", str(SPEC), *self.sets],
+        subprocess.run([PYTHON, "-m", "ds4_converge.cli", "stop", str(SPEC), *self.sets],
                        capture_output=True)
 
 
@@ -99,7 +102,7 @@ def measure_noop(box: Box, work: Path, runs: int, baseline: Path | None) -> dict
     playbook = work / "noop.yml"
     playbook.write_text(PLAYBOOK.format(model=model, port=box.port, mirror=REPO / "build" / "ds4-sim.git"))
     ansible_env = {**os.environ, "ANSIBLE_LOCALHOST_WARNING": "false", "ANSIBLE_NOCOLOR": "1",
-                   "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"), "ANSIBLE_PYTHON_INTERPRETER": sys.executable}
+                   "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"), "ANSIBLE_PYTHON_INTERPRETER": PYTHON}
     cases = {
         "ds4-converge (text)": lambda: timed(box.argv()),
         "ds4-converge --json": lambda: timed(box.argv("--json"), check_json=True),
@@ -107,7 +110,7 @@ def measure_noop(box: Box, work: Path, runs: int, baseline: Path | None) -> dict
                                                                                  check_json=True),
         "ansible-playbook (stat, uri, command)": lambda: timed(
             [str(BIN / "ansible-playbook"), "-i", "localhost,", str(playbook)], env=ansible_env),
-        "python -c pass (interpreter start)": lambda: timed([sys.executable, "-c", "pass"]),
+        "python -c pass (interpreter start)": lambda: timed([PYTHON, "-c", "pass"]),
     }
     if baseline is not None:
         # run from there: `python -m` puts the working directory first on sys.path
@@ -126,7 +129,7 @@ def measure_noop(box: Box, work: Path, runs: int, baseline: Path | None) -> dict
 
 def imports(box: Box, *extra: str) -> tuple[list[str], float]:
     """Heavy modules the no-op imports, and the total import time it reports (µs → s)."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", *box.argv(*extra)[1:]], capture_output=True,
+    proc = subprocess.run([PYTHON, "-X", "importtime", *box.argv(*extra)[1:]], capture_output=True,
                           text=True)
     loaded, total = set(), 0
     for line in proc.stderr.splitlines():
@@ -207,7 +210,7 @@ def measure_restart(box: Box, restarts: int) -> dict:
 def import_floor(runs: int = 9) -> dict[str, float]:
     """What any run that validates a spec pays before it can plan: the interpreter, pydantic, the spec models."""
     def median(code: str) -> float:
-        return statistics.median(timed([sys.executable, "-c", code]) for _ in range(runs))
+        return statistics.median(timed([PYTHON, "-c", code]) for _ in range(runs))
 
     bare = median("pass")
     return {"python -c pass": bare, "+ import pydantic (BaseModel)": median("from pydantic import BaseModel") - bare,

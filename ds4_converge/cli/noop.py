@@ -55,8 +55,8 @@ def replay(argv: list[str], commands) -> int | None:
     except (LockHeld, OSError):
         return None
     with lock:
-        if (not json_mode and stored.get("lines") is None) or receipt.still_holds(stored, asked) is not None:
-            return None  # (a --json run recorded no text: the full path prints it, and records it)
+        if receipt.still_holds(stored, asked) is not None:
+            return None
         document = {**stored["document"], "from_receipt": stored["recorded_at"]}
         from ds4_converge.cli.session import write_last_run
 
@@ -71,23 +71,19 @@ def replay(argv: list[str], commands) -> int | None:
 
 
 def _print_lines(lines: list[dict], recorded_at: str) -> None:
-    """As the full run printed them: plain and time-stamped without a terminal, in colour on one."""
-    from ds4_converge.cli.progress import mode_for, stamp
+    """As the full run printed them: in colour on a terminal, plain and time-stamped anywhere else."""
+    from ds4_converge.cli.progress import mode_for, plain_line, stamp
+    from ds4_converge.cli.report import print_lines
 
-    note = f"(no-op checked against the receipt of the full run at {recorded_at}; --refresh plans from scratch)"
+    note = [("dim", f"(no-op checked against the receipt of the full run at {recorded_at}; --refresh plans "
+                    "from scratch)")]
     if mode_for(False) == "live":
-        from ds4_converge.cli.report import console, escape
-
-        out = console(sys.stdout)
-        for line in lines:
-            out.print(line["markup"])
-        out.print(f"[dim]{escape(note)}[/]")
+        print_lines([line["segments"] for line in lines] + [note])
         return
     now = stamp()
-    for line in lines:
-        prefix = f"{now} " if line["stamped"] else (" " * (len(now) + 1) if line["role"] else "")
-        sys.stdout.write(prefix + line["plain"] + "\n")
-    sys.stdout.write(note + "\n")
+    text = [plain_line(line["segments"], stamped=line["stamped"], now=now) if line["role"]
+            else "".join(part for _, part in line["segments"]) for line in lines]
+    sys.stdout.write("\n".join([*text, note[0][1]]) + "\n")
     sys.stdout.flush()
 
 
@@ -141,26 +137,16 @@ def _record(session, ctx, document: dict, facts_at: float) -> None:
                         processes={"supervisord": supervisord, name: serving["pid"]}, endpoint=ctx.endpoint,
                         model_id=MODEL_ID, document=document, facts_at=facts_at)
     made.update(lock=str(layout.lock_file), logs=str(layout.logs), recorded_at=time.strftime("%Y-%m-%d %H:%M:%S"),
-                # text for people only from a run that printed it: rich is not worth a --json run's time
-                lines=None if session.json else _lines(document))
+                lines=_lines(document))
     receipt.save(path, made)
 
 
 def _lines(document: dict) -> list[dict]:
-    """The role lines and the recap of `document`, as markup for a terminal and as plain text for logs."""
+    """The role lines and the recap of `document`, as the (style, text) segments report.py prints."""
     from types import SimpleNamespace
 
     from ds4_converge.cli import report
 
-    lines = []
-    for role in document["roles"]:
-        for i, markup in enumerate(report.role_lines(SimpleNamespace(**role), check=False)):
-            lines.append({"markup": markup, "plain": report.plain(markup), "stamped": i == 0, "role": True})
-
-    class Collect:
-        def print(self, markup: str) -> None:
-            for part in markup.split("\n"):
-                lines.append({"markup": part, "plain": report.plain(part), "stamped": False, "role": False})
-
-    report.recap(Collect(), document)
-    return lines
+    lines = [{"segments": line, "stamped": i == 0, "role": True} for role in document["roles"]
+             for i, line in enumerate(report.role_lines(SimpleNamespace(**role), check=False))]
+    return lines + [{"segments": line, "stamped": False, "role": False} for line in report.recap(document)]

@@ -38,6 +38,12 @@ def stamp() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
 
 
+def plain_line(line: report.Line, *, stamped: bool, now: str | None = None) -> str:
+    """A result line in plain mode: the first line of a role carries the time, the others are indented under it."""
+    now = now or stamp()
+    return (f"{now} " if stamped else " " * (len(now) + 1)) + report.text_of(line)
+
+
 def last_line(path: Path | None, offset: int) -> str:
     """The last non-empty line written to `path` after byte `offset` ('' when none)."""
     if path is None:
@@ -199,14 +205,14 @@ class Reporter:
             stream.flush()
             self._last_print = time.monotonic()
 
-    def _print_result(self, line: str, *, stamped: bool) -> None:
+    def _print_result(self, line: report.Line, *, stamped: bool) -> None:
         """A line of the result: stdout, through the live console when both streams share the terminal."""
         if self.mode == "plain":
-            prefix = f"{stamp()} " if stamped else " " * (len(stamp()) + 1)
-            self._write(self.out, prefix + report.plain(line))
+            self._write(self.out, plain_line(line, stamped=stamped))
             return
         out, err = self._consoles_pair()
-        (err if self.out.isatty() else out).print(line)  # one screen: keep the live line below the results
+        # one screen: keep the live line below the results
+        (err if self.out.isatty() else out).print(report.markup_of(line))
 
     def _consoles_pair(self):
         if self._consoles is None:

@@ -10,7 +10,8 @@ package; tests validate every command's output against it). Fields every documen
 - ``release`` / ``endpoint``: what serves now under this spec's root — the release whose engine runs and its
   URL — null when nothing does (or the spec could not be read, so the root is unknown).
 
-rich is imported only when something is printed for people: a --json run never pays for it.
+rich is imported only when something is printed for people on a terminal: a --json run, or one whose output goes
+to a log or a pipe, never pays for it.
 """
 from __future__ import annotations
 
@@ -46,6 +47,11 @@ def schema() -> dict:
 # ------------------------------------------------------------------------------------------------- for people
 
 
+# A line for people is a list of (style, text) segments: rich renders it on a terminal (styles are rich's), and
+# without one the texts are simply joined, so a run that prints to a log, a pipe or Ansible never imports rich.
+Line = list[tuple[str, str]]
+
+
 def console(stream=None):
     from rich.console import Console
 
@@ -65,46 +71,68 @@ def plain(markup: str) -> str:
     return Text.from_markup(markup).plain
 
 
-def role_lines(result, *, check: bool) -> list[str]:
-    """One role's line, then its warnings, notes, changes and diff (rich markup)."""
+def text_of(line: Line) -> str:
+    return "".join(text for _, text in line)
+
+
+def markup_of(line: Line) -> str:
+    return "".join(f"[{style}]{escape(text)}[/]" if style else escape(text) for style, text in line)
+
+
+def print_lines(lines: list[Line], stream=None) -> None:
+    """In colour through rich on a terminal; plain text anywhere else."""
+    stream = stream or sys.stdout
+    if stream.isatty():
+        out = console(stream)
+        for line in lines:
+            out.print(markup_of(line))
+        return
+    stream.write("".join(text_of(line) + "\n" for line in lines))
+    stream.flush()
+
+
+def role_lines(result, *, check: bool) -> list[Line]:
+    """One role's line, then its warnings, notes, changes and diff."""
     label = result.status
-    lines = [f"[{STYLE[label]}]{label:<8}[/] {result.name:<10} {escape(result.msg)}"]
-    lines += [f"[yellow]  warning:[/] {escape(w)}" for w in result.warnings]
-    lines += [f"[dim]  note: {escape(n)}[/]" for n in result.notes]
-    lines += [f"  - {escape(c)}" for c in (result.changes if check or result.changed else [])]
+    lines = [[(STYLE[label], f"{label:<8}"), ("", f" {result.name:<10} {result.msg}")]]
+    lines += [[("yellow", "  warning:"), ("", f" {w}")] for w in result.warnings]
+    lines += [[("dim", f"  note: {n}")] for n in result.notes]
+    lines += [[("", f"  - {c}")] for c in (result.changes if check or result.changed else [])]
     if result.diff:
-        lines += [f"[dim]{escape(line)}[/]" for line in result.diff.rstrip("\n").splitlines()]
+        lines += [[("dim", line)] for line in result.diff.rstrip("\n").splitlines()]
     return lines
 
 
-def switch_lines(switch: dict | None, *, check: bool) -> list[str]:
+def switch_lines(switch: dict | None, *, check: bool) -> list[Line]:
     """What a restart changes, in words (`ctx 65536 → 32768`), under the line of the role that restarts."""
     if not switch:
         return []
     verb = "would change" if check else "changes"
     changes = switch["changes"] or ["(same settings)"]
-    return [f"[bold]  {verb}:[/] {escape(changes[0])}"] + [f"           {escape(c)}" for c in changes[1:]]
+    return [[("bold", f"  {verb}:"), ("", f" {changes[0]}")]] + [[("", f"           {c}")] for c in changes[1:]]
 
 
-def recap(out, document: dict) -> None:
+def recap(document: dict) -> list[Line]:
     """The end of a converge or rollback: counts, then what serves now or why it failed."""
     roles = document.get("roles") or []
     counts = {s: sum(r["status"] == s for r in roles) for s in STYLE}
     check = document.get("check")
+    lines: list[Line] = []
     if roles:
-        line = "  ".join(f"[{STYLE[s]}]{s}={n}[/]" for s, n in counts.items())
-        out.print(f"\nRECAP {line}" + (" (check mode: nothing was changed)" if check else ""))
+        counted = [part for s, n in counts.items() for part in (("", "  "), (STYLE[s], f"{s}={n}"))][1:]
+        lines += [[], [("", "RECAP ")] + counted + ([("", " (check mode: nothing was changed)")] if check else [])]
     if document["ok"]:
         if document["release"] and not check:
             verb = "converged" if document["command"] == "converge" else "rolled back"
-            out.print(f"[green]{verb}[/]: release {escape(document['release'])} serving {document['endpoint']}")
-            out.print(f"try:  {escape(curl_line(document['endpoint']))}")
-        return
-    out.print(f"[bold red]FAILED[/]: {escape(document['error'] or 'failed')}")
+            lines.append([("green", verb), ("", f": release {document['release']} serving {document['endpoint']}")])
+            lines.append([("", f"try:  {curl_line(document['endpoint'])}")])
+        return lines
+    lines.append([("bold red", "FAILED"), ("", f": {document['error'] or 'failed'}")])
     if document.get("detail"):
-        out.print(f"[dim]{escape(document['detail'].rstrip())}[/]")
-    out.print("serving: " + (f"release {escape(document['release'])} on {document['endpoint']}"
-                             if document["release"] else "nothing"))
+        lines.append([("dim", document["detail"].rstrip())])
+    lines.append([("", "serving: " + (f"release {document['release']} on {document['endpoint']}"
+                                      if document["release"] else "nothing"))])
+    return lines
 
 
 def curl_line(endpoint: str) -> str:

@@ -100,7 +100,7 @@ def finish(session, command: str, outcome, code: int, *, check: bool, switch: di
     if session.json:
         session.emit(document)
     else:
-        report.recap(session.out, document)
+        report.print_lines(report.recap(document))
         if document["aborted"] == "interrupted":
             from signal import Signals
 

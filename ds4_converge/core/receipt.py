@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ds4_converge.service.processes import start_time
 
-FORMAT = 1
+FORMAT = 2
 FACTS_TTL_S = 900
 PACKAGE = Path(__file__).resolve().parents[1]
 DRIVER_VERSION = Path("/proc/driver/nvidia/version")
