@@ -48,7 +48,8 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ds4_converge.cli", *args], capture_output=True, text=True)
 
 
-def measure(work: Path, repo: Path, name: str, extra_bytes: int, runs: int) -> dict:
+def converged(work: Path, repo: Path, name: str, extra_bytes: int) -> dict:
+    """A box serving a model of `extra_bytes` more than the tiny one, after its first converge."""
     model = work / f"{name}.gguf"
     sha = make_model(model, extra_bytes)
     spec = {"engine": {"repo": str(repo), "ref": "v0.2.0", "target": "cpu"},
@@ -60,23 +61,29 @@ def measure(work: Path, repo: Path, name: str, extra_bytes: int, runs: int) -> d
     spec_path.write_text(yaml.safe_dump(spec))
     started = time.perf_counter()
     first = cli(str(spec_path), "--json")
-    first_s = time.perf_counter() - started
     assert first.returncode == 0, first.stdout + first.stderr
-    times = {"full": [], "receipt": []}
-    try:
-        for _ in range(runs):  # interleaved: a full no-op (it writes the receipt), then one answered from it
+    return {"name": name, "spec": spec_path, "size": model.stat().st_size, "first_s": time.perf_counter() - started,
+            "full": [], "receipt": []}
+
+
+def time_noops(boxes: list[dict], runs: int) -> None:
+    """Interleaved across the boxes, so that the machine's load weighs on every model size alike: on each box a
+    full no-op (it writes the receipt), then one answered from that receipt."""
+    for _ in range(runs):
+        for box in boxes:
             for kind, extra in (("full", ["--refresh"]), ("receipt", [])):
                 started = time.perf_counter()
-                proc = cli(str(spec_path), "--json", *extra)
-                times[kind].append(time.perf_counter() - started)
+                proc = cli(str(box["spec"]), "--json", *extra)
+                box[kind].append(time.perf_counter() - started)
                 document = json.loads(proc.stdout)
                 assert proc.returncode == 0 and not document["changed"], proc.stdout
                 assert bool(document.get("from_receipt")) == (kind == "receipt"), document
-    finally:
-        cli("stop", str(spec_path))
-    return {"name": name, "size": model.stat().st_size, "first_s": first_s,
-            **{f"{kind}_median_s": statistics.median(t) for kind, t in times.items()},
-            **{f"{kind}_max_s": max(t) for kind, t in times.items()}}
+
+
+def summary(box: dict) -> dict:
+    return {"name": box["name"], "size": box["size"], "first_s": box["first_s"],
+            **{f"{kind}_median_s": statistics.median(box[kind]) for kind in ("full", "receipt")},
+            **{f"{kind}_max_s": max(box[kind]) for kind in ("full", "receipt")}}
 
 
 def report(rows: list[dict], runs: int) -> str:
@@ -84,7 +91,8 @@ def report(rows: list[dict], runs: int) -> str:
              f"`benchmarks/noop_converge.py`, {date.today()}, {platform.machine()}, {os.cpu_count()} CPUs, "
              f"Python {platform.python_version()}; wall time of the real CLI with --json (process start "
              f"included) after a first converge: {runs} full no-ops (`--refresh`: spec validated, facts gathered, "
-             f"every role planned) interleaved with {runs} answered from the receipt the full one wrote.", "",
+             f"every role planned) interleaved with {runs} answered from the receipt the full one wrote, and the "
+             f"two boxes interleaved too.", "",
              "| model | size | first converge (build, hash, start, probe) | full no-op median (max) | "
              "receipt no-op median (max) |", "|---|---|---|---|---|"]
     for row in rows:
@@ -111,9 +119,15 @@ def main() -> None:
         work = Path(tmp)
         os.environ["XDG_CACHE_HOME"] = str(work / "user-cache")  # the no-op receipts of this run, not ~/.cache's
         make_sim_repo.build(work / "ds4-sim.git")
-        rows = [measure(work, work / "ds4-sim.git", "small", 0, args.runs),
-                measure(work, work / "ds4-sim.git", f"{args.big_gib:g}GiB", int(args.big_gib * 2**30), args.runs)]
-    text = report(rows, args.runs)
+        boxes = []
+        try:
+            boxes.append(converged(work, work / "ds4-sim.git", "small", 0))
+            boxes.append(converged(work, work / "ds4-sim.git", f"{args.big_gib:g}GiB", int(args.big_gib * 2**30)))
+            time_noops(boxes, args.runs)
+        finally:
+            for box in boxes:
+                cli("stop", str(box["spec"]))
+    text = report([summary(box) for box in boxes], args.runs)
     print(text)
     if not args.no_report:
         write_section(HEADING, text)

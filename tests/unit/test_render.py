@@ -56,3 +56,19 @@ def test_unsafe_ini_values_are_refused(value):
 def test_newline_in_argv_is_refused():
     with pytest.raises(UnsafeValue):
         command_line(["/bin/echo", "a\nb"])
+
+
+def test_the_interpreter_is_named_the_same_however_the_tool_was_started(tmp_path, monkeypatch):
+    """`python -m ds4_converge.cli` and the ds4-converge script (python3) must render the same supervisord.conf."""
+    import os
+    import sys
+
+    layout = Layout(tmp_path / "root")
+    names = [n for n in ("python", "python3") if os.path.exists(os.path.join(sys.prefix, "bin", n))]
+    if len(names) < 2:
+        pytest.skip(f"this environment has only {names} (a venv has both)")
+    rendered = set()
+    for name in names:
+        monkeypatch.setattr(sys, "executable", os.path.join(sys.prefix, "bin", name))
+        rendered.add(supervisord_conf(layout))
+    assert len(rendered) == 1
