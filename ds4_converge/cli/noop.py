@@ -124,10 +124,11 @@ def _record(session, ctx, document: dict, facts_at: float) -> None:
         return
     if not serving["pid"]:
         return
+    release = layout.releases / current.release
     files = [layout.state_file, layout.supervisord_conf, layout.program_conf(name), intent_path(layout),
              unit_path(name), *(layout.cache / f for f in ("pins.json", "digests.json", "rendered.json")),
-             layout.releases / current.release, current.command[0], *current.model_files, "/etc/passwd",
-             "/etc/group"]
+             release, *current.model_files, "/etc/passwd", "/etc/group", current.command[0],  # env
+             *(arg for arg in current.command if arg.startswith(f"{release}/"))]  # ds4-server
     if ctx.spec.engine.installer:
         files.append(ctx.host_path(ctx.spec.engine.installer))
     if ctx.toolkit.nvcc:
