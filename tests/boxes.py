@@ -32,6 +32,18 @@ def report_document(proc: subprocess.CompletedProcess) -> dict:
     assert document["exit_code"] == proc.returncode, (document, proc.stderr)
     return document
 
+
+# the smallest valid spec: what spec tests add to, or break, one field at a time
+MINIMAL_SPEC = """\
+engine:
+  repo: https://example.invalid/ds4.git
+  ref: v0.2.0
+  target: cpu
+model:
+  main: /srv/gguf/model.gguf
+"""
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -30,7 +30,7 @@ from ds4_converge.service import render
 from ds4_converge.service import role as service
 from ds4_converge.spec.loader import LoadedSpec, SpecInvalid, load_spec
 from ds4_converge.spec.model import Spec
-from ds4_converge.spec.values import MANAGED_ENV, MANAGED_FLAGS
+from ds4_converge.spec.values import MANAGED_ENV
 
 WORK = Path(tempfile.mkdtemp(prefix="ds4c-properties-"))
 BASE = {"engine": {"repo": "https://example.invalid/ds4.git", "ref": "v0.2.0", "target": "cpu"},
@@ -115,18 +115,10 @@ def test_a_spec_file_is_valid_or_a_located_error():
     assert outcomes == {True, False}, "the examples reach both valid specs and located errors"
 
 
-@settings(FAST, max_examples=examples(150))
-@given(st.text(max_size=300))
-def test_any_text_is_valid_or_a_located_error(text):
-    path = _path("text.yaml")
-    path.write_text(text)
-    _load_or_located(path)
-
-
-@settings(FAST, max_examples=examples(100))
-@given(st.binary(max_size=400))
-def test_any_bytes_are_a_located_error(data):
-    path = _path("bytes.yaml")
+@settings(FAST, max_examples=examples(250))
+@given(st.one_of(st.text(max_size=300).map(str.encode), st.binary(max_size=400)))
+def test_any_text_or_bytes_is_valid_or_a_located_error(data):
+    path = _path("any.yaml")
     path.write_bytes(data)
     _load_or_located(path)
 

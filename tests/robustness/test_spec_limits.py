@@ -7,17 +7,10 @@ import re
 
 import pytest
 
+from boxes import MINIMAL_SPEC as BASE
 from ds4_converge.cli import main as cli
 from ds4_converge.spec.loader import SpecInvalid, load_spec
 
-BASE = """\
-engine:
-  repo: https://example.invalid/ds4.git
-  ref: v0.2.0
-  target: cpu
-model:
-  main: /srv/gguf/model.gguf
-"""
 LOCATED = re.compile(r"^(\S+?)(:\d+:\d+)?: ")
 
 

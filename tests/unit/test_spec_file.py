@@ -3,17 +3,10 @@ from pathlib import Path
 
 import pytest
 
+from boxes import MINIMAL_SPEC as BASE
 from ds4_converge.spec.loader import SpecInvalid, load_spec, schema_json
 
 REPO = Path(__file__).resolve().parents[2]
-BASE = """\
-engine:
-  repo: https://example.invalid/ds4.git
-  ref: v0.2.0
-  target: cpu
-model:
-  main: /srv/gguf/model.gguf
-"""
 
 
 def write(tmp_path, text):
