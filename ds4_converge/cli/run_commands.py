@@ -31,12 +31,10 @@ def _converge_arguments(parser) -> None:
 
 
 def converge(args, session) -> int:
-    from ds4_converge.cli import report
+    from ds4_converge.cli import noop, report
     from ds4_converge.cli.progress import Reporter, mode_for
     from ds4_converge.core import interrupts
     from ds4_converge.core.reconciler import converge as run
-
-    from ds4_converge.cli import noop
 
     facts_at = time.time()
     ctx = session.context()

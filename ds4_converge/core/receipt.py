@@ -2,9 +2,9 @@
 milliseconds, with the standard library only, that nothing it relied on has changed.
 
 A full run imports pydantic, validates the spec, gathers host facts and plans six roles: most of a no-op's
-time. After a full converge that changed nothing, the CLI writes a receipt (`record`): the digest of the spec
-file's bytes and of the arguments, the tool's own fingerprint, the environment, the identity (device, inode, size,
-mtime, ctime) of every file the plans read (state, caches, rendered configs, the release binary, the model files,
+time. After a full converge that changed nothing, the CLI writes a receipt (cli/noop.py): the digest of the spec
+file's bytes, the --set arguments, the tool's own fingerprint, the environment, the identity (device, inode, size,
+mtime, ctime, mode) of every file the plans read (state, caches, rendered configs, the release binary, the model files,
 the installer, the toolkit), the engine's and supervisord's processes (PID and kernel start time), the endpoint and
 its model id, and the run's report. The next `ds4-converge SPEC` checks the receipt first (`still_holds`): it
 re-reads every one of those, asks the endpoint for /v1/models, and only when all agree does it report the
