@@ -28,6 +28,9 @@ def _make_sim_repo():
     return module
 
 
+# a test run from a terminal starts no warm process (cli/warm.py); tests/e2e/test_warm_start.py asks for one
+os.environ.setdefault("DS4_CONVERGE_WARM", "0")
+
 # make test-fast: a few examples of each property (make test runs each test's full count)
 settings.register_profile("fast", max_examples=8)
 

@@ -118,7 +118,7 @@ def plan(ctx: Context) -> RolePlan:
             changes.append(Change(f"start {name} (not running)" if pid is None else f"restart {name}",
                                   restarts=True, action=partial(_switch, deployment=ctx.desired)))
     ctx.restart_needed = any(c.restarts for c in changes)
-    findings = notes + (port_findings(ctx) if ctx.restart_needed else [])
+    findings = list(notes)  # a port held by someone else is preflight's finding (from the facts); apply re-checks
     if ctx.release is not None:
         findings += [Finding("info", note) for note in not_rendered(ctx.release, ctx.spec.server)]
     reason = (f"{name} runs release {ctx.release.id} (pid {pid}), config unchanged" if not changes
@@ -127,7 +127,8 @@ def plan(ctx: Context) -> RolePlan:
 
 
 def port_findings(ctx: Context) -> list[Finding]:
-    """The engine binds only after minutes of loading: a port held by anyone but us must fail now, not then."""
+    """The engine binds only after minutes of loading: a port held by anyone but us must fail now, not then.
+    Read again right before stopping what runs: another process may have taken the port since the facts."""
     from ds4_converge.facts import HostFacts
     from ds4_converge.facts.port import port_holders
     from ds4_converge.preflight.rules import port_findings as rule
@@ -205,7 +206,6 @@ def _remove_program(ctx: Context, *, path: Path, running: bool = True) -> str:
 
 
 def _switch(ctx: Context, *, deployment: Deployment) -> str:
-    # the plan checked the port; check again right before stopping: another process may have taken it since
     errors = [f for f in port_findings(ctx) if f.level == "error"]
     if errors:
         raise RoleFailed(str(errors[0]))

@@ -1018,7 +1018,7 @@ def main(argv=None):
         httpd.server_activate()
     except OSError as e:
         C.die("ds4-server: failed to listen on %s:%d: %s" % (host, port, e.strerror or e), 1)
-    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     t.start()
     st.started = time.time()
     C.log("ds4-server: listening on http://%s:%d" % (host, port))
