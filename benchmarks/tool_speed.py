@@ -9,7 +9,8 @@ at that moment weighs on both alike; the ratios are what to read on a shared mac
              /v1/models, a command asking git what the pinned tag is);
   imports    `python -X importtime` of the no-op run: which heavy libraries it loads;
   restart    runs that change server.ctx, so each restarts the engine: wall time minus the engine's load
-             (measured on its own: spawn to /v1/models answering) minus health.soak_s.
+             (measured on its own: spawn to /v1/models answering) minus health.soak_s; with a warm process
+             (DS4_CONVERGE_WARM=1, cli/warm.py) and without one (=0), interleaved.
 
     .venv/bin/python benchmarks/tool_speed.py                   # updates its sections in benchmarks/REPORT.md
     .venv/bin/python benchmarks/tool_speed.py --runs 21 --restarts 7 --baseline /tmp/old-checkout --no-report

@@ -42,6 +42,7 @@ def serve(with_key: str) -> None:
         log.write("exiting: the tool or its libraries differ from the key it was started for")
         return
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the children; their callers get the codes
+    signal.signal(signal.SIGTERM, _leave)  # `kill PID` removes the pid file on the way out
     idle = _idle_seconds()
     log.pidfile(with_key)
     log.write(f"serving (pid {os.getpid()}, idle exit after {idle:.0f}s)")
@@ -64,6 +65,10 @@ def serve(with_key: str) -> None:
                 return
     finally:
         log.remove_pidfile(with_key)
+
+
+def _leave(signum, frame) -> None:
+    raise SystemExit(0)
 
 
 def _preload() -> None:
@@ -149,7 +154,8 @@ def _child(listener: socket.socket, conn: socket.socket, fds: list[int], request
     """The forked run: become the caller's process, run the command, report its exit code, exit."""
     code = 70
     try:
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # subprocess needs its children's exit statuses
+        for signum in (signal.SIGCHLD, signal.SIGTERM):  # as in any new process (subprocess needs SIGCHLD)
+            signal.signal(signum, signal.SIG_DFL)
         listener.close()
         os.setsid()  # a process group of its own: the caller relays a terminal's signals to all of it
         for target, fd in enumerate(fds):
