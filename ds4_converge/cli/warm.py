@@ -63,7 +63,7 @@ def key(path: list[str] | None = None) -> str:
     PID namespaces, and the folder of this user's warm processes."""
     from ds4_converge.core.receipt import tool_fingerprint
 
-    path = list(sys.path if path is None else path)
+    path = import_path() if path is None else path
     libraries = []
     for entry in path[1:]:  # path[0] is the script's folder or the working directory: not a library
         try:
@@ -76,9 +76,18 @@ def key(path: list[str] | None = None) -> str:
             namespaces.append(os.readlink(f"/proc/self/ns/{name}"))
         except OSError:
             namespaces.append(None)
+    import locale
+
+    encodings = [sys.getfilesystemencoding(), locale.getpreferredencoding(False)]  # fixed at the process's start
     parts = [PROTOCOL, os.getuid(), os.path.realpath(sys.executable), sys.version, path, libraries,
-             tool_fingerprint(), namespaces, folder()]
+             tool_fingerprint(), namespaces, encodings, folder()]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+
+
+def import_path() -> list[str]:
+    """sys.path with '' (the working directory, `python -c`) made absolute: it means this folder, not the warm
+    process's."""
+    return [os.path.abspath(entry) if not os.path.isabs(entry) else entry for entry in sys.path]
 
 
 def address(of_key: str) -> str:
@@ -132,7 +141,7 @@ def start_if_missing() -> None:
     boot = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
             "from ds4_converge.cli.warm_server import serve; serve(sys.argv[2])")
     try:
-        subprocess.Popen([sys.executable, "-P", "-c", boot, json.dumps(sys.path), _State.missing],
+        subprocess.Popen([sys.executable, "-P", "-c", boot, json.dumps(import_path()), _State.missing],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          start_new_session=True, close_fds=True)
     except OSError:
@@ -158,7 +167,7 @@ def _request(argv: list[str], with_key: str) -> dict:
                          "line_buffering": bool(getattr(stream, "line_buffering", False)),
                          "write_through": bool(getattr(stream, "write_through", False))}
     return {"protocol": PROTOCOL, "key": with_key, "argv0": sys.argv[0], "argv": argv, "env": dict(os.environ),
-            "cwd": os.getcwd(), "umask": umask, "groups": sorted(os.getgroups()), "path": sys.path,
+            "cwd": os.getcwd(), "umask": umask, "groups": sorted(os.getgroups()), "path": import_path(),
             "streams": streams}
 
 

@@ -26,6 +26,9 @@ LIBRARIES = ("pydantic", "ruamel.yaml", "ruamel.yaml.comments", "ruamel.yaml.sca
              "rich.markup", "rich.live", "rich.spinner", "rich.progress", "argparse", "difflib", "tarfile",
              "tempfile", "datetime", "traceback", "http.client", "importlib.metadata", "importlib.resources")
 SKIPPED = ("__main__", "warm_server")  # importing these runs them
+# huggingface_hub reads HF_HOME, HF_HUB_OFFLINE, ... when it is imported: a download imports it in the run itself,
+# under the caller's environment (a download's own time dwarfs that import anyway)
+NOT_PRELOADED = ("ds4_converge.models.download",)
 
 
 def serve(with_key: str) -> None:
@@ -36,6 +39,7 @@ def serve(with_key: str) -> None:
     except OSError:
         return  # another one serves this key, or is starting
     listener.listen(16)
+    os.chdir("/")  # hold no folder of the caller's (each run changes to its caller's)
     log = _Log(with_key)
     _preload()
     if warm.key() != with_key:  # the tool changed while importing, or this process cannot import as its caller
@@ -75,7 +79,7 @@ def _preload() -> None:
     import ds4_converge
 
     for module in pkgutil.walk_packages(ds4_converge.__path__, "ds4_converge."):
-        if not module.name.rsplit(".", 1)[-1] in SKIPPED:
+        if module.name.rsplit(".", 1)[-1] not in SKIPPED and module.name not in NOT_PRELOADED:
             _try_import(module.name)
     for name in LIBRARIES:
         _try_import(name)
@@ -167,6 +171,9 @@ def _child(listener: socket.socket, conn: socket.socket, fds: list[int], request
         os.umask(request["umask"])
         os.environ.clear()
         os.environ.update(request["env"])
+        time.tzset()  # local time as the caller's TZ says
+        if "random" in sys.modules:
+            sys.modules["random"].seed()  # not the same sequence as every other child
         sys.path[:] = request["path"]
         sys.argv = [request["argv0"], *request["argv"]]
         _streams(request["streams"])

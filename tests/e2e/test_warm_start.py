@@ -164,3 +164,31 @@ def test_an_idle_warm_process_leaves(box):
         time.sleep(0.1)
     assert not list(warm_folder(box).glob("*.pid"))
     assert "exiting: idle" in next(warm_folder(box).glob("*.log")).read_text()
+
+
+def test_the_warm_process_imports_nothing_that_reads_the_environment_when_imported():
+    """huggingface_hub fixes HF_HOME & co. at import; tempfile caches TMPDIR once asked: a forked run must read
+    its caller's, so the warm process leaves them to the run."""
+    code = ("import sys, tempfile; from ds4_converge.cli import warm_server; warm_server._preload(); "
+            "print(sorted(m for m in ('huggingface_hub', 'requests', 'urllib3') if m in sys.modules), "
+            "tempfile.tempdir, 'pydantic' in sys.modules, 'ds4_converge.core.reconciler' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["[]", "None", "True", "True"], proc.stderr
+
+
+def test_a_killed_run_ends_its_caller_with_a_message(warm):
+    """SIGKILL of the forked run (the OOM killer, a person): the caller says so and exits 1, no traceback."""
+    box = warm
+    cache = str(box.root.parent / f"{box.root.name}-user-cache")
+    caller = subprocess.Popen([sys.executable, "-m", "ds4_converge.cli", "bench", str(box.spec_path), "--reps", "50"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "XDG_CACHE_HOME": cache, **WARM})
+    deadline = time.monotonic() + 30
+    while not forked_runs(box) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1)  # well into the bench (killed before it began, the caller would run the command itself)
+    os.kill(int(forked_runs(box)[0].split(":")[0]), signal.SIGKILL)
+    out, err = caller.communicate(timeout=30)
+    assert caller.returncode == 1, (out, err)
+    assert "ended without an exit status" in err and "Traceback" not in err, err
+    assert box.status()["healthy"]
