@@ -192,3 +192,21 @@ def test_a_killed_run_ends_its_caller_with_a_message(warm):
     assert caller.returncode == 1, (out, err)
     assert "ended without an exit status" in err and "Traceback" not in err, err
     assert box.status()["healthy"]
+
+
+def test_from_a_terminal_a_warm_process_is_started(box):
+    """DS4_CONVERGE_WARM unset (auto): a person at a terminal gets one for their next command."""
+    import pty
+
+    leader, terminal = pty.openpty()
+    try:
+        cache = str(box.root.parent / f"{box.root.name}-user-cache")
+        proc = subprocess.run([sys.executable, "-m", "ds4_converge.cli", "validate", str(box.spec_path)],
+                              stdin=terminal, stdout=subprocess.PIPE, stderr=terminal, timeout=60,
+                              env={**os.environ, "XDG_CACHE_HOME": cache, "DS4_CONVERGE_WARM": ""})
+        assert proc.returncode == 0
+        wait_serving(box)
+    finally:
+        os.close(terminal)
+        os.close(leader)
+        stop_warm(box)
