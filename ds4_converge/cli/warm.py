@@ -118,14 +118,15 @@ def forward(argv: list[str]) -> int | None:
             try:
                 _send(sock, _request(argv, with_key))
                 started = _answer(answers)
-            except (OSError, ValueError):
+                pid = int(started["pid"]) if "pid" in started else None
+            except (OSError, ValueError, TypeError):
                 return None
-            if "pid" not in started:  # refused: say why only when asked to debug
+            if pid is None:  # refused: say why only when asked to debug
                 if "--debug" in argv:
                     sys.stderr.write(f"ds4-converge: the warm process refused this command: "
                                      f"{started.get('refused')}\n")
                 return None
-            return _relay_until_exit(sock, answers, int(started["pid"]), mask)
+            return _relay_until_exit(sock, answers, pid, mask)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     finally:
@@ -172,15 +173,19 @@ def _request(argv: list[str], with_key: str) -> dict:
 
 
 def _send(sock: socket.socket, request: dict) -> None:
-    body = json.dumps(request).encode()
-    socket.send_fds(sock, [HEADER.pack(len(body)) + body], [0, 1, 2])
+    data = HEADER.pack(len(body := json.dumps(request).encode())) + body
+    sent = socket.send_fds(sock, [data], [0, 1, 2])  # a stream socket may take only part of a big environment
+    sock.sendall(data[sent:])
 
 
 def _answer(answers) -> dict:
     line = answers.readline()
     if not line:
         raise ValueError("no answer")
-    return json.loads(line)
+    answer = json.loads(line)
+    if not isinstance(answer, dict):
+        raise ValueError("not an answer")
+    return answer
 
 
 def _relay_until_exit(sock: socket.socket, answers, pid: int, mask) -> int:

@@ -126,6 +126,15 @@ def _answer(listener: socket.socket, conn: socket.socket, with_key: str, log: "_
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
     data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+    try:
+        return _read_request(conn, data), list(fds)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def _read_request(conn: socket.socket, data: bytes) -> dict:
     while len(data) < warm.HEADER.size:
         more = conn.recv(1 << 16)
         if not more:
@@ -138,7 +147,7 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
         if not more:
             raise ValueError("request cut short")
         body += more
-    return json.loads(body), list(fds)
+    return json.loads(body)
 
 
 def _refusal(conn: socket.socket, request: dict, with_key: str) -> str | None:
@@ -151,7 +160,20 @@ def _refusal(conn: socket.socket, request: dict, with_key: str) -> str | None:
         return "another protocol or key"
     if sorted(request.get("groups", [])) != sorted(os.getgroups()):
         return "the caller's supplementary groups differ"
+    if _caller_gone(conn):  # it gave up waiting (this process was still importing) and runs the command itself
+        return "the caller is gone"
     return None
+
+
+def _caller_gone(conn: socket.socket) -> bool:
+    timeout = conn.gettimeout()
+    conn.settimeout(None)  # with a timeout, Python would wait for data before even trying
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    finally:
+        conn.settimeout(timeout)
 
 
 def _child(listener: socket.socket, conn: socket.socket, fds: list[int], request: dict) -> None:

@@ -61,3 +61,18 @@ def test_nothing_listens_the_command_runs_here(monkeypatch, tmp_path):
     assert warm.forward(["spec.yaml"]) is None
     assert warm._State.missing == warm.key(), "asked for: the caller starts one after the command"
     warm._State.missing = None
+
+
+def test_a_caller_that_gave_up_is_not_served():
+    """A caller that stopped waiting runs the command itself: the warm process must not run it too."""
+    import socket
+
+    from ds4_converge.cli import warm_server
+
+    waiting, server_side = socket.socketpair()
+    server_side.settimeout(10)  # as the warm process has it: the check must not wait for data
+    assert not warm_server._caller_gone(server_side)
+    waiting.close()
+    assert warm_server._caller_gone(server_side)
+    assert server_side.gettimeout() == 10
+    server_side.close()
