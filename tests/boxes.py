@@ -86,12 +86,15 @@ class Box:
         self.spec_path.write_text(yaml.safe_dump(self.spec))
         return self.spec_path
 
+    @property
+    def user_cache(self) -> Path:
+        """XDG_CACHE_HOME of this box's CLI runs: its own no-op receipts and warm processes, not ~/.cache's."""
+        return self.root.parent / f"{self.root.name}-user-cache"
+
     def cli(self, *args: str, timeout: float = 180, env: dict | None = None) -> subprocess.CompletedProcess:
-        # each box keeps its own no-op receipts (cli/noop.py), not in the user's ~/.cache
-        cache = str(self.root.parent / f"{self.root.name}-user-cache")
         return subprocess.run([sys.executable, "-m", "ds4_converge.cli", *args], capture_output=True, text=True,
-                              timeout=timeout, env={**os.environ, "NO_COLOR": "1", "XDG_CACHE_HOME": cache,
-                                                    **(env or {})})
+                              timeout=timeout, env={**os.environ, "NO_COLOR": "1",
+                                                    "XDG_CACHE_HOME": str(self.user_cache), **(env or {})})
 
     def converge(self, *extra: str, env: dict | None = None) -> tuple[int, dict]:
         proc = self.cli(str(self.spec_path), "--json", *extra, env=env)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import locale
 import os
 import signal
 import socket
@@ -27,6 +28,7 @@ import struct
 import sys
 
 from ds4_converge.cli.command import FAILED
+from ds4_converge.core.receipt import tool_fingerprint, user_cache
 
 ENV, IDLE_ENV = "DS4_CONVERGE_WARM", "DS4_CONVERGE_WARM_IDLE_S"
 IDLE_S = 600.0
@@ -53,16 +55,14 @@ def policy() -> str:
 
 def folder() -> str | None:
     """Where warm processes keep their pid file and log; None when this user has no home to keep it in."""
-    base = os.environ.get("XDG_CACHE_HOME") or (os.path.expanduser("~") + "/.cache")
-    return os.path.join(base, "ds4-converge", "warm") if base.startswith("/") else None
+    cache = user_cache()
+    return os.path.join(cache, "warm") if cache else None
 
 
 def key(path: list[str] | None = None) -> str:
     """Everything a forked run inherits instead of importing: the user, the interpreter, the import path, the
     installed libraries (their folders' mtimes change with every install), the tool's own files, the mount and
-    PID namespaces, and the folder of this user's warm processes."""
-    from ds4_converge.core.receipt import tool_fingerprint
-
+    PID namespaces, the encodings fixed at start-up, and the folder of this user's warm processes."""
     path = import_path() if path is None else path
     libraries = []
     for entry in path[1:]:  # path[0] is the script's folder or the working directory: not a library
@@ -76,8 +76,6 @@ def key(path: list[str] | None = None) -> str:
             namespaces.append(os.readlink(f"/proc/self/ns/{name}"))
         except OSError:
             namespaces.append(None)
-    import locale
-
     encodings = [sys.getfilesystemencoding(), locale.getpreferredencoding(False)]  # fixed at the process's start
     parts = [PROTOCOL, os.getuid(), os.path.realpath(sys.executable), sys.version, path, libraries,
              tool_fingerprint(), namespaces, encodings, folder()]

@@ -2,9 +2,9 @@
 
 The process binds its socket first (a second one started for the same key finds the name taken and leaves), then
 imports everything a command may need, compiles the templates and builds the argument parser, then answers.
-Nothing of a run (its state, locks, facts, caches) is ever made here: each child starts from the imports alone. A child becomes the leader of a
-session of its own, takes the caller's standard streams, environment, working directory, umask and arguments,
-runs `main`, and sends its exit code back. The process leaves when nobody asked for DS4_CONVERGE_WARM_IDLE_S
+Nothing of a run (its state, locks, facts, caches) is ever made here: each child starts from the imports alone.
+A child becomes the leader of a session of its own, takes the caller's standard streams, environment, working
+directory, umask and arguments, runs `main`, and sends its exit code back. The process leaves when nobody asked for DS4_CONVERGE_WARM_IDLE_S
 seconds, or when its key no longer matches the files it imported.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ def serve(with_key: str) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the children; their callers get the codes
     signal.signal(signal.SIGTERM, _leave)  # `kill PID` removes the pid file on the way out
     idle = _idle_seconds()
-    log.pidfile(with_key)
+    log.pidfile(present=True)
     log.write(f"serving (pid {os.getpid()}, idle exit after {idle:.0f}s)")
     listener.settimeout(idle)
     try:
@@ -68,7 +68,7 @@ def serve(with_key: str) -> None:
                 log.write("exiting: the tool's files or libraries changed")
                 return
     finally:
-        log.remove_pidfile(with_key)
+        log.pidfile(present=False)
 
 
 def _leave(signum, frame) -> None:
@@ -233,6 +233,7 @@ class _Log:
     def __init__(self, with_key: str):
         self.folder = warm.folder()
         self.path = os.path.join(self.folder, f"{with_key}.log") if self.folder else None
+        self.pid_path = os.path.join(self.folder, f"{with_key}.pid") if self.folder else None
 
     def write(self, text: str) -> None:
         if self.path is None:
@@ -246,18 +247,15 @@ class _Log:
         except OSError:
             pass
 
-    def pidfile(self, with_key: str) -> None:
-        if self.folder:
-            try:
+    def pidfile(self, present: bool) -> None:
+        if self.pid_path is None:
+            return
+        try:
+            if present:
                 os.makedirs(self.folder, exist_ok=True)
-                with open(os.path.join(self.folder, f"{with_key}.pid"), "w") as handle:
+                with open(self.pid_path, "w") as handle:
                     handle.write(f"{os.getpid()}\n")
-            except OSError:
-                pass
-
-    def remove_pidfile(self, with_key: str) -> None:
-        if self.folder:
-            try:
-                os.unlink(os.path.join(self.folder, f"{with_key}.pid"))
-            except OSError:
-                pass
+            else:
+                os.unlink(self.pid_path)
+        except OSError:
+            pass

@@ -39,13 +39,19 @@ VOLATILE_ENV = frozenset({"_", "OLDPWD", "PWD", "SHLVL", "TERM", "COLUMNS", "LIN
                           "WINDOWID", "XDG_SESSION_ID", "PS1"})
 
 
+def user_cache() -> str | None:
+    """This user's ds4-converge cache folder (XDG_CACHE_HOME honoured); None when the user has no home for one."""
+    base = os.environ.get("XDG_CACHE_HOME") or (os.path.expanduser("~") + "/.cache")
+    return os.path.join(base, "ds4-converge") if base.startswith("/") else None
+
+
 def receipt_path(spec: Path) -> Path | None:
     """Per user, per spec file; None when this user has no home to keep it in."""
-    base = os.environ.get("XDG_CACHE_HOME") or (os.path.expanduser("~") + "/.cache")
-    if not base.startswith("/"):
+    cache = user_cache()
+    if cache is None:
         return None
     key = hashlib.sha256(os.path.realpath(spec).encode()).hexdigest()[:32]
-    return Path(base) / "ds4-converge" / "noop" / f"{key}.json"
+    return Path(cache) / "noop" / f"{key}.json"
 
 
 def inputs(spec: Path, arguments: list[str]) -> dict:

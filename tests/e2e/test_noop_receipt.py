@@ -39,7 +39,7 @@ def test_the_receipt_path_imports_nothing_heavy(served_box):
             "; sys.exit(code)")
     proc = subprocess.run([sys.executable, "-c", code, str(served_box.spec_path), "--json"], capture_output=True,
                           text=True, timeout=60,
-                          env={**os.environ, "XDG_CACHE_HOME": str(served_box.root.parent / f"{served_box.root.name}-user-cache")})
+                          env={**os.environ, "XDG_CACHE_HOME": str(served_box.user_cache)})
     document = report_document(proc)
     assert document.get("from_receipt"), document
     assert proc.stderr.strip().splitlines()[-1] == "[]"
@@ -110,7 +110,7 @@ def test_a_run_in_progress_takes_the_full_path_and_is_refused(served_box):
 
 def test_stale_host_facts_take_the_full_path(served_box):
     noop_twice(served_box)
-    cache = served_box.root.parent / f"{served_box.root.name}-user-cache" / "ds4-converge" / "noop"
+    cache = served_box.user_cache / "ds4-converge" / "noop"
     (path,) = cache.glob("*.json")
     stored = json.loads(path.read_text())
     stored["facts_until"] = time.time() - 1

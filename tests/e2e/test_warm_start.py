@@ -21,7 +21,12 @@ COLD = {"DS4_CONVERGE_WARM": "0"}
 
 
 def warm_folder(box) -> Path:
-    return box.root.parent / f"{box.root.name}-user-cache" / "ds4-converge" / "warm"
+    return box.user_cache / "ds4-converge" / "warm"
+
+
+def env_of(box, **extra: str) -> dict:
+    """The environment of a CLI run of `box` started here by hand (Box.cli captures its output)."""
+    return {**os.environ, "XDG_CACHE_HOME": str(box.user_cache), "NO_COLOR": "1", **extra}
 
 
 def forked_runs(box) -> list[str]:
@@ -103,11 +108,10 @@ def test_the_forked_run_has_the_callers_environment_and_working_directory(served
     spec["paths"]["root"] = "${DS4_TEST_WARM_ROOT}/root"
     spec["server"]["port"] = free_port()
     (tmp_path / "relative.yaml").write_text(yaml.safe_dump(spec))
-    cache = str(box.root.parent / f"{box.root.name}-user-cache")
 
     def run(*args, cwd: Path, **env) -> subprocess.CompletedProcess:
         return subprocess.run([str(script), *args], cwd=cwd, capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "XDG_CACHE_HOME": cache, "NO_COLOR": "1", **env})
+                              env=env_of(box, **env))
 
     stop_warm(box)
     shutil.rmtree(warm_folder(box), ignore_errors=True)
@@ -130,10 +134,9 @@ def test_a_signal_reaches_the_forked_run_and_it_reverts(warm, signum):
     box = warm
     before = box.status()
     with box.edited({"engine.ref": "v0.3.1-hang", "server.stop_wait_s": 10}):
-        cache = str(box.root.parent / f"{box.root.name}-user-cache")
         run = subprocess.Popen([sys.executable, "-m", "ds4_converge.cli", str(box.spec_path), "--json"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "XDG_CACHE_HOME": cache, **WARM})
+                               env=env_of(box, **WARM))
         deadline = time.monotonic() + 30
         while box.status()["release"] == before["release"] and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -179,10 +182,9 @@ def test_the_warm_process_imports_nothing_that_reads_the_environment_when_import
 def test_a_killed_run_ends_its_caller_with_a_message(warm):
     """SIGKILL of the forked run (the OOM killer, a person): the caller says so and exits 1, no traceback."""
     box = warm
-    cache = str(box.root.parent / f"{box.root.name}-user-cache")
     caller = subprocess.Popen([sys.executable, "-m", "ds4_converge.cli", "bench", str(box.spec_path), "--reps", "50"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "XDG_CACHE_HOME": cache, **WARM})
+                              env=env_of(box, **WARM))
     deadline = time.monotonic() + 30
     while not forked_runs(box) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -200,10 +202,9 @@ def test_from_a_terminal_a_warm_process_is_started(box):
 
     leader, terminal = pty.openpty()
     try:
-        cache = str(box.root.parent / f"{box.root.name}-user-cache")
         proc = subprocess.run([sys.executable, "-m", "ds4_converge.cli", "validate", str(box.spec_path)],
                               stdin=terminal, stdout=subprocess.PIPE, stderr=terminal, timeout=60,
-                              env={**os.environ, "XDG_CACHE_HOME": cache, "DS4_CONVERGE_WARM": ""})
+                              env=env_of(box, DS4_CONVERGE_WARM=""))
         assert proc.returncode == 0
         wait_serving(box)
     finally:

@@ -7,7 +7,6 @@ import os
 import pytest
 
 from ds4_converge.cli import warm
-from ds4_converge.core import receipt
 
 
 @pytest.mark.parametrize("value, expected", [("", "auto"), ("auto", "auto"), ("0", "off"), ("off", "off"),
@@ -28,7 +27,7 @@ def test_the_key_changes_with_the_tool_the_libraries_and_the_user_cache(monkeypa
     os.utime(libraries, ns=(1, 1))  # pip installs or removes a package: the folder's mtime changes
     assert warm.key(path) != base
     changed = warm.key(path)
-    monkeypatch.setattr(receipt, "tool_fingerprint", lambda: "an edited tool")
+    monkeypatch.setattr(warm, "tool_fingerprint", lambda: "an edited tool")
     assert warm.key(path) != changed
     monkeypatch.undo()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another-cache"))
