@@ -1,8 +1,10 @@
-"""The real ds4 engine (upstream antirez/ds4), built from its source tarball for the conformance tests.
+"""The real ds4 engine (upstream antirez/ds4), built from its source tarballs for the conformance tests.
 
-The tarball lives outside the repository (CI: ../shared/engines/ relative to the repo root; DS4_ENGINE_TARBALL
-overrides). `make cpu` runs once per tarball: the tree is cached under build/ds4-engine/<sha256>/ and reused by
-later sessions, so only the first session on a machine pays for the compile.
+Two upstream versions are tested: 8d57664 and b030961 (`VERSIONS`). Their tarballs live outside the repository
+(CI: ../shared/engines/antirez-ds4-<commit>.tar.gz beside the repo; DS4_ENGINE_DIR names another folder, and
+DS4_ENGINE_TARBALL still overrides the 8d57664 one). `make cpu` runs once per tarball: the tree is cached under
+build/ds4-engine/<sha256>/ (DS4_ENGINE_CACHE names another folder, e.g. one shared by several worktrees) and
+reused by later sessions, so only the first session on a machine pays for the compile.
 """
 from __future__ import annotations
 
@@ -19,13 +21,19 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TARBALL_ENV = "DS4_ENGINE_TARBALL"
-DEFAULT_TARBALL = REPO.parent / "shared" / "engines" / "antirez-ds4-8d57664.tar.gz"
-CACHE = REPO / "build" / "ds4-engine"
+VERSIONS = ("8d57664", "b030961")
+ENGINES = Path(os.environ.get("DS4_ENGINE_DIR") or REPO.parent / "shared" / "engines")
+DEFAULT_TARBALL = ENGINES / "antirez-ds4-8d57664.tar.gz"
+CACHE = Path(os.environ.get("DS4_ENGINE_CACHE") or REPO / "build" / "ds4-engine")
 BINARIES = ("ds4", "ds4-server")
 
 
-def tarball() -> Path | None:
-    path = Path(os.environ.get(TARBALL_ENV) or DEFAULT_TARBALL)
+def tarball(version: str = "8d57664") -> Path | None:
+    """The source tarball of an upstream version, or None where it is not provided."""
+    if version not in VERSIONS:
+        raise ValueError(f"unknown upstream version {version!r}; known: {VERSIONS}")
+    override = os.environ.get(TARBALL_ENV) if version == "8d57664" else None
+    path = Path(override or ENGINES / f"antirez-ds4-{version}.tar.gz")
     return path if path.is_file() else None
 
 
@@ -53,6 +61,7 @@ class RealEngine:
     tree: Path
     tarball: Path
     digest: str
+    version: str = "8d57664"
 
     @property
     def server(self) -> Path:
@@ -72,7 +81,7 @@ class RealEngine:
                               env={**os.environ, **(env or {}), "DS4_LOCK_FILE": str(lock)})
 
 
-def build(archive: Path, cache: Path = CACHE) -> RealEngine:
+def build(archive: Path, cache: Path = CACHE, version: str = "8d57664") -> RealEngine:
     """`make cpu` of the tarball's tree, once per tarball content (a file lock serialises parallel sessions)."""
     digest = sha256(archive)
     home = cache / digest
@@ -95,7 +104,7 @@ def build(archive: Path, cache: Path = CACHE) -> RealEngine:
             os.replace(top, done)
             os.replace(log, home / "make.log")
             shutil.rmtree(partial)
-    return RealEngine(done, archive, digest)
+    return RealEngine(done, archive, digest, version)
 
 
 def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 10) -> int:
