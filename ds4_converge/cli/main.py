@@ -21,20 +21,12 @@ USAGE = ("ds4-converge SPEC [--check] [--diff] [--json] [--set KEY=VALUE ...]\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The `ds4-converge` script: a command not answered from a receipt runs in a warm process when one serves."""
-    try:
-        return run(argv, warm_start=True)
-    finally:
-        _start_warm()
-
-
-def run(argv: list[str] | None = None, *, warm_start: bool = False, replay: bool = True) -> int:
-    """One command in this process (warm_start: or handed to a warm process, cli/warm.py; replay: answer a
-    plain converge from its no-op receipt when it still holds)."""
+    """The `ds4-converge` script: one command, in this process (a plain converge answered from its no-op receipt
+    when that still holds)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         interrupts.install()
-        return _main(argv, warm_start, replay)
+        return _main(argv)
     except KeyboardInterrupt as exc:  # only if it lands outside _main's own net (one signal raises, ever)
         code = interrupts.exit_code(getattr(exc, "signum", 2))
         return _end(None, "converge", "--json" in argv, code, "interrupted", "interrupted", [], {})
@@ -42,19 +34,16 @@ def run(argv: list[str] | None = None, *, warm_start: bool = False, replay: bool
         interrupts.restore()
 
 
-def _main(argv: list[str], warm_start: bool = False, replay: bool = True) -> int:
+def _main(argv: list[str]) -> int:
     session = None
     name, json_mode, debug = "converge", "--json" in argv, "--debug" in argv
     try:
         name = _command_name(argv)
         commands = registry()
-        replayed = _replay_noop(argv, commands) if replay else None
+        replayed = _replay_noop(argv, commands)
         if replayed is not None:
             return replayed
-        forwarded = _forward_warm(argv) if warm_start else None
-        if forwarded is not None:
-            return forwarded
-        parser = parser_for(commands)
+        parser = build_parser(commands)
         if not argv:
             sys.stderr.write(f"usage: {USAGE}\n\nCommands: {', '.join(commands)}.  More: ds4-converge help\n")
             return INVALID
@@ -101,25 +90,6 @@ def _replay_noop(argv: list[str], commands) -> int | None:
         return noop.replay(argv, commands)
     except Exception:  # noqa: BLE001 - the receipt is an optimisation: whatever fails here, the full path runs
         return None
-
-
-def _forward_warm(argv: list[str]) -> int | None:
-    """The exit code of the command run by a warm process; None: run it here (also whenever that fails)."""
-    try:
-        from ds4_converge.cli import warm
-
-        return warm.forward(argv)
-    except Exception:  # noqa: BLE001 - an optimisation: once a warm run started, forward() itself never raises
-        return None
-
-
-def _start_warm() -> None:
-    try:
-        from ds4_converge.cli import warm
-
-        warm.start_if_missing()
-    except Exception:  # noqa: BLE001 - the next command simply runs here again
-        pass
 
 
 def normalise(argv: list[str], commands) -> list[str]:
@@ -235,16 +205,7 @@ def _help(args, session) -> int:
     return OK
 
 
-_PARSERS: dict[int, object] = {}
 WIDE = 100  # help text is wrapped to the terminal, at most this wide
-
-
-def parser_for(commands: dict, width: int | None = None):
-    """The parser for descriptions wrapped to this terminal (a warm process builds them before forking runs)."""
-    width = width or _width()
-    if width not in _PARSERS:
-        _PARSERS[width] = build_parser(commands, width)
-    return _PARSERS[width]
 
 
 def build_parser(commands: dict, width: int | None = None):

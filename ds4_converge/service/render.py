@@ -62,12 +62,6 @@ def _templates():
                               finalize=ini_value)
 
 
-def compile_templates() -> None:
-    """Compile every template now (a warm process does, so that the runs it forks do not)."""
-    for name in _templates().list_templates(extensions=["j2"]):
-        _templates().get_template(name)
-
-
 def _render(template: str, values: dict) -> str:
     return _templates().get_template(template).render(**values)
 
