@@ -88,7 +88,7 @@ class Box:
 
     @property
     def user_cache(self) -> Path:
-        """XDG_CACHE_HOME of this box's CLI runs: its own no-op receipts and warm processes, not ~/.cache's."""
+        """XDG_CACHE_HOME of this box's CLI runs: its own no-op receipts, not ~/.cache's."""
         return self.root.parent / f"{self.root.name}-user-cache"
 
     def cli(self, *args: str, timeout: float = 180, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -19,6 +19,8 @@ from hypothesis import settings
 
 from boxes import REPO, Box, free_port
 from fakehost import FakeHost
+# every test has a cache folder of its own, and one that changes the user's real one fails (user_cache_guard.py)
+from user_cache_guard import pytest_runtest_setup, pytest_runtest_teardown, pytest_sessionfinish  # noqa: F401
 
 
 def _make_sim_repo():
@@ -27,9 +29,6 @@ def _make_sim_repo():
     spec.loader.exec_module(module)
     return module
 
-
-# a test run from a terminal starts no warm process (cli/warm.py); tests/e2e/test_warm_start.py asks for one
-os.environ.setdefault("DS4_CONVERGE_WARM", "0")
 
 # make test-fast: a few examples of each property (make test runs each test's full count)
 settings.register_profile("fast", max_examples=8)
