@@ -1,6 +1,6 @@
 """The spec: what a box should serve. Pydantic models; unknown keys are errors.
 
-Field names are part of the contract (README "Spec reference"). Paths stay raw strings here: `~`, `$HOME`
+Field names are part of the contract (docs/spec.md, generated from this schema). Paths stay raw strings here: `~`, `$HOME`
 and `${VAR}` are expanded later, on the target host, for the service user (see `paths.expand`).
 """
 from __future__ import annotations
@@ -41,7 +41,8 @@ class Strict(BaseModel):
 
 
 class Engine(Strict):
-    """Where the engine comes from and how it is built."""
+    """Where the engine comes from and how it is built: exactly one of `ref` and `installer`; `repo` unless the
+    installer names it."""
 
     repo: Annotated[SafeStr, AfterValidator(values.check_repo)] | None = Field(
         None, description=f"git repository of the engine: {values.REPO_FORMS}")
@@ -51,7 +52,7 @@ class Engine(Strict):
         None, description="path or URL of an install.sh; the version is its DS4_REF default (and repo its DS4_REPO)")
     commit: str | None = Field(None, pattern=r"^[0-9a-f]{40}$",
                                description="expected commit the version resolves to; a mismatch is an error")
-    target: Literal[TARGETS] = "cuda-spark"
+    target: Literal[TARGETS] = Field("cuda-spark", description="the engine Makefile's target; cuda needs cuda_arch")
     cuda_arch: str | None = Field(None, pattern=r"^(sm_\d{2,3}a?|native)$", description="CUDA_ARCH for target cuda")
     jobs: Int | None = Field(None, ge=1, le=1024, description="make -j (default: number of CPUs)")
     keep_releases: Int = Field(3, ge=1, le=100,
@@ -88,11 +89,12 @@ HF_OR_URL_OR_PATH = "hf://ORG/REPO/FILE[@REVISION], https://… or a local path"
 
 
 class ModelFile(Strict):
-    """One model file: a plain path, or a source to fetch with its expected identity."""
+    """One model file: a plain path (used where it is), or a source to fetch with its expected identity."""
 
     source: SafeStr = Field(description=HF_OR_URL_OR_PATH)
-    dest: PathStr | None = Field(None, description="directory to download into (default: ROOT/models)")
-    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    dest: PathStr | None = Field(None, description="where the file goes: a directory (default ROOT/models; the file keeps "
+                                                   "its source's name), or the file's own path when it ends in .gguf")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="expected sha256 (checked while downloading)")
     size: Int | None = Field(None, ge=1, le=2**50, description="bytes (at most 1 PiB)")
 
     @model_validator(mode="before")
@@ -109,14 +111,18 @@ class ModelFile(Strict):
 
 
 class Model(Strict):
-    main: ModelFile
-    mtp: ModelFile | None = None
-    dspark: ModelFile | None = None
+    """The exact model files, no globs: each a path, or a model file entry."""
+
+    main: ModelFile = Field(description="the model (-m); an MTP or DSpark file is refused here")
+    mtp: ModelFile | None = Field(None, description="the MTP support file (--mtp)")
+    dspark: ModelFile | None = Field(None, description="the DSpark drafter (--dspark, fork only)")
     remove_unused: bool = Field(False, description="delete model files no release uses any more")
 
 
 class Speculative(Strict):
-    mode: Literal["off", "mtp", "dspark"] = "off"
+    """Speculative decoding: off (--no-spec where the build has it), MTP (needs model.mtp) or DSpark (model.dspark)."""
+
+    mode: Literal["off", "mtp", "dspark"] = Field("off", description="off, mtp or dspark")
     draft: Int = Field(1, ge=1, le=16, description="--mtp-draft (depth >= 2 is known to corrupt output upstream)")
     margin: Seconds | None = Field(None, gt=0, le=1000, description="--mtp-margin")
 
@@ -131,22 +137,27 @@ MAX_CTX = 2**24  # 16M tokens: 16x the model's 1M context, far above what fits i
 
 
 class Server(Strict):
+    """How ds4-server runs under supervisord: its flags, environment and user, and how it is stopped."""
+
     name: str = Field("ds4", pattern=r"^[a-z][a-z0-9_-]{0,30}$", description="supervisor program name")
     host: SafeStr = Field("127.0.0.1", description="IPv4 literal or localhost (the engine accepts nothing else)")
-    port: Int = Field(8000, ge=1, le=65535)
+    port: Int = Field(8000, ge=1, le=65535, description="--port; a port held by anyone else is refused before a stop")
     ctx: Int = Field(32768, ge=1, le=MAX_CTX, description="-c: context tokens allocated at start")
     tokens: Int | None = Field(None, ge=1, le=MAX_CTX, description="-n: default max output tokens")
-    power: Int | None = Field(None, ge=1, le=100, description="--power GPU duty cycle (fork only)")
-    warm_weights: bool = False
-    kv_disk_dir: PathStr | None = None
-    kv_disk_space_mb: Int | None = Field(None, ge=1, le=2**30)
+    power: Int | None = Field(None, ge=1, le=100, description="--power GPU duty cycle (fork only; below 100 costs speed; "
+                                                             "100 on a build without --power is not passed)")
+    warm_weights: bool = Field(False, description="--warm-weights: touch the mapped weights at start")
+    kv_disk_dir: PathStr | None = Field(None, description="--kv-disk-dir: where KV checkpoints are written")
+    kv_disk_space_mb: Int | None = Field(None, ge=1, le=2**30, description="--kv-disk-space-mb (needs kv_disk_dir)")
     speculative: Speculative = Speculative()
-    threads: Int | None = Field(None, ge=1, le=4096)
+    threads: Int | None = Field(None, ge=1, le=4096, description="-t: CPU threads")
     extra_args: Annotated[list[SafeStr], AfterValidator(values.check_extra_args)] = Field(
         default_factory=list, max_length=256,
         description="more ds4-server flags, appended last; flags a spec field sets are refused")
     env: Annotated[dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=255)], SafeStr],
-                   AfterValidator(values.check_env)] = Field(default_factory=dict, max_length=256)
+                   AfterValidator(values.check_env)] = Field(
+        default_factory=dict, max_length=256, description="the engine's environment (numbers become strings; not "
+                                                          "DS4_LOCK_FILE, which the tool sets per instance)")
     user: Annotated[str, AfterValidator(values.check_user_name),
                     Field(json_schema_extra={"pattern": values.USER_NAME.pattern})] | None = Field(
         None, description="run the engine as this user (supervisord must run as root)")
@@ -181,16 +192,21 @@ class Server(Strict):
 
 
 class Smoke(Strict):
-    prompt: SafeStr
-    expect: Annotated[SafeStr, AfterValidator(values.not_empty)]
-    max_tokens: Int = Field(64, ge=1, le=MAX_CTX)
+    """A non-streamed chat completion with thinking off whose answer must contain `expect`."""
+
+    prompt: SafeStr = Field(description="the question")
+    expect: Annotated[SafeStr, AfterValidator(values.not_empty)] = Field(description="text the answer must contain")
+    max_tokens: Int = Field(64, ge=1, le=MAX_CTX, description="the answer's token budget")
 
 
 class Health(Strict):
+    """The probe a new engine must pass before it counts as last good; a failure reverts."""
+
     deadline_s: Seconds = Field(900, gt=0, le=DAY, description="time for a new engine to load and answer")
     soak_s: Seconds = Field(30, ge=0, le=DAY, description="how long it must stay healthy before it counts as good")
     interval_s: Seconds = Field(2, gt=0, le=3600, description="pause between probes")
-    smoke: Smoke | None = Smoke(prompt="What is the capital of France? Answer in one word.", expect="Paris")
+    smoke: Smoke | None = Field(Smoke(prompt="What is the capital of France? Answer in one word.", expect="Paris"),
+                                description="the smoke completion (null: none)")
     min_decode_tps: Seconds | None = Field(
         None, gt=0, le=1_000_000, description="performance gate: a new engine whose decode tok/s (short bench after the soak) is "
                                 "below this is reverted like an unhealthy one")
@@ -204,6 +220,8 @@ class Health(Strict):
 
 
 class Paths(Strict):
+    """Where the tool keeps what it owns on the host."""
+
     root: Annotated[SafeStr, Field(max_length=1024), AfterValidator(values.check_root)] = Field(
         "/var/lib/ds4-converge", description="state, releases, logs and supervisor files; letters, digits and "
                                              "/ . _ + @ , : = ~ - only (it is written unquoted into config files)")
