@@ -159,12 +159,15 @@ class Reporter:
     def _download_line(self) -> str:
         """How far the download that runs now got: the newest partial file where models land."""
         from ds4_converge.models.download import PARTIAL_SUFFIX
+        from ds4_converge.models.placement import dest_is_file
         from ds4_converge.units import human_bytes
 
         ctx = self.ctx
         try:
             entries = [getattr(ctx.spec.model, role) for role in ("main", "mtp", "dspark")]
-            directories = {ctx.layout.models} | {ctx.host_path(e.dest) for e in entries if e is not None and e.dest}
+            directories = {ctx.layout.models} | {
+                ctx.host_path(e.dest).parent if dest_is_file(e.dest) else ctx.host_path(e.dest)
+                for e in entries if e is not None and e.dest}
             partials = [p for d in directories for p in d.glob(f"*{PARTIAL_SUFFIX}")]
             newest = max(partials, key=lambda p: p.stat().st_mtime)
             return f"{newest.name}: {human_bytes(newest.stat().st_size)} so far"

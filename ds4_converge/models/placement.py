@@ -35,11 +35,19 @@ def is_local(entry: ModelFile) -> bool:
     return isinstance(parse_source(entry.source), LocalSource)
 
 
+def dest_is_file(dest: str | None) -> bool:
+    """`dest: /srv/gguf/model.gguf` names the file itself (what a user who writes it means); any other dest is the
+    directory the file goes into (a trailing / keeps a folder named like a file a folder)."""
+    return bool(dest) and dest.lower().endswith(".gguf")
+
+
 def place(entry: ModelFile, expand: Expander, models_dir: Path) -> tuple[Path, bool]:
     """(where the engine reads it, whether it is fetched there): a local source without dest is used where it
-    is; everything else lands in dest (default ROOT/models) under its own file name."""
+    is; everything else lands at dest: that file, or in that directory (default ROOT/models) under its own name."""
     if is_local(entry) and entry.dest is None:
         return expand(entry.source), False
+    if dest_is_file(entry.dest):
+        return expand(entry.dest), True
     directory = expand(entry.dest) if entry.dest else models_dir
     return directory / parse_source(entry.source).name, True
 

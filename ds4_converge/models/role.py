@@ -17,7 +17,7 @@ from ds4_converge.engine.server_args import ModelPaths
 from ds4_converge.models.budget import estimate, judge
 from ds4_converge.models.digests import check_in_place
 from ds4_converge.models.gguf import check_model_set, identify
-from ds4_converge.models.placement import SLOTS, Placement, placements
+from ds4_converge.models.placement import SLOTS, Placement, dest_is_file, placements
 from ds4_converge.spec.sources import parse_source
 from ds4_converge.units import human_bytes
 
@@ -106,7 +106,8 @@ def removal_changes(ctx: Context) -> list[Change]:
         return []
     wanted = wanted_files(ctx)
     keep = _in_use(ctx) | {str(w.path) for w in wanted}
-    directories = {w.path.parent for w in wanted if w.fetch}
+    # a dest that names the file itself claims that file, not the folder around it (which may hold the user's own)
+    directories = {w.path.parent for w in wanted if w.fetch and not dest_is_file(w.entry.dest)}
     stale = sorted(p for d in directories if d.is_dir() for p in d.glob("*.gguf") if str(p) not in keep)
     return [Change(f"remove unused model {p}", before=f"{p}\n", after=None, action=partial(_remove, path=p))
             for p in stale]

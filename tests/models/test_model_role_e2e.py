@@ -132,6 +132,24 @@ def test_remove_unused_deletes_only_files_no_release_uses(box, file_server):
     assert box.status()["healthy"]
 
 
+def test_a_dest_that_names_the_file_is_that_file_and_claims_nothing_around_it(box, file_server, tmp_path):
+    """`dest: DIR/name.gguf` downloads to exactly that path (not DIR/name.gguf/SOURCE-NAME), and remove_unused
+    leaves the other files of that folder alone: the spec claimed the file, not the folder."""
+    data = MODEL.read_bytes()
+    folder = tmp_path / "gguf"
+    folder.mkdir()
+    neighbour = folder / "someone-elses.gguf"
+    neighbour.write_bytes(b"GGUF not ours")
+    dest = folder / "q2.gguf"
+    box.spec["model"] = {"main": {"source": serve_model(file_server, data), "dest": str(dest)}, "remove_unused": True}
+    box.write()
+    rc, document = box.converge()
+    assert rc == 0, document
+    assert dest.is_file() and dest.read_bytes() == data
+    assert f"-m {dest} " in (box.root / "supervisor/programs/ds4.conf").read_text()
+    assert neighbour.read_bytes() == b"GGUF not ours"
+
+
 def test_hf_source_through_the_cli_never_shows_the_token(box, file_server):
     """hf:// goes to HF_ENDPOINT (a loopback Hub here) with the token from HF_TOKEN; the token reaches the Hub
     and nothing else: not the output, the logs, the state or the rendered configs."""
