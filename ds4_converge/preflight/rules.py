@@ -212,6 +212,24 @@ def power_findings(spec: Spec, knowledge: Mapping | None = None) -> list[Finding
                     fix="set server.power: 100, or leave it unset")]
 
 
+def speculation_findings(spec: Spec, knowledge: Mapping | None = None) -> list[Finding]:
+    """MTP drafts deeper than the exact verifier takes change the output upstream: said, not refused (upstream's
+    own README shows --mtp-draft 2, and the exact verifier makes it safe)."""
+    speculative, server = spec.server.speculative, spec.server
+    mtp = (knowledge or load_knowledge())["mtp"]
+    if speculative.mode != "mtp" or speculative.draft <= mtp["exact_max_draft"]:
+        return []
+    if mtp["strict_env"] in server.env or mtp["strict_flag"] in server.extra_args:
+        return [Finding("info", f"server.speculative.draft {speculative.draft}: the exact MTP verifier is on "
+                                f"({mtp['strict_env']} or {mtp['strict_flag']}): the output stays the same, the "
+                                f"drafts are no speed win")]
+    return [Finding("warning", f"server.speculative.draft {speculative.draft}: MTP drafts of depth >= 2 are "
+                               f"verified in a batched pass that can change the output upstream (corrupted answers "
+                               f"are reported there); draft {mtp['exact_max_draft']} is exact",
+                    fix=f"set server.speculative.draft: {mtp['exact_max_draft']}, or set "
+                        f"{mtp['strict_env']}: \"1\" in server.env for the exact verifier (no speed win)")]
+
+
 # ------------------------------------------------------------------------------------- rule 5: exposure
 
 
@@ -395,7 +413,8 @@ def all_findings(spec: Spec, facts: HostFacts, *, expand: Expander | None = None
     """
     toolkit, selection = select_toolkit(spec, facts, cuda_home=cuda_home)
     findings = [*selection, *nvcc_findings(spec, facts, toolkit), *compat_findings(spec, facts, toolkit),
-                *target_findings(spec, facts), *power_findings(spec, knowledge), *exposure_findings(spec),
+                *target_findings(spec, facts), *power_findings(spec, knowledge),
+                *speculation_findings(spec, knowledge), *exposure_findings(spec),
                 *path_findings(spec, expand or facts_expander(facts)), *port_findings(spec, facts, our_pids),
                 *disk_findings(facts, disk if disk is not None else disk_needs(facts))]
     return findings

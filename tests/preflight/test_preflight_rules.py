@@ -200,6 +200,29 @@ def test_power_below_100_warns_with_the_measured_cost():
     assert rules.power_findings(spec()) == []
 
 
+def _mtp(draft: int, **server) -> dict:
+    return {"speculative": {"mode": "mtp", "draft": draft}, **server}
+
+
+def test_mtp_drafts_deeper_than_one_warn_that_upstream_may_change_the_output():
+    mtp = {"mtp": "/srv/gguf/mtp.gguf"}
+    finding = only(rules.speculation_findings(spec(model=mtp, server=_mtp(2))), "warning")
+    assert finding.message == ("server.speculative.draft 2: MTP drafts of depth >= 2 are verified in a batched "
+                               "pass that can change the output upstream (corrupted answers are reported there); "
+                               "draft 1 is exact")
+    assert finding.fix == ('set server.speculative.draft: 1, or set DS4_MTP_STRICT: "1" in server.env for the exact '
+                           'verifier (no speed win)')
+    assert rules.speculation_findings(spec(model=mtp, server=_mtp(1))) == []
+    assert rules.speculation_findings(spec(server={"speculative": {"mode": "off", "draft": 3}})) == []
+    # the exact verifier asked for: said as a note, not a warning
+    strict = spec(model=mtp, server=_mtp(3, env={"DS4_MTP_STRICT": "1"}))
+    assert levels(rules.speculation_findings(strict)) == ["info"]
+    quality = spec(model=mtp, server=_mtp(2, extra_args=["--quality"]))
+    assert levels(rules.speculation_findings(quality)) == ["info"]
+    # and it is one of the rules preflight runs
+    assert any("MTP drafts of depth" in f.message for f in rules.all_findings(spec(model=mtp, server=_mtp(2)), host()))
+
+
 # --------------------------------------------------------------------------- rule 5: exposure
 
 
