@@ -55,13 +55,26 @@ def plan(ctx: Context) -> RolePlan:
                               after=f"{want.path}: {why}\n", action=partial(_download, want=want)))
     ctx.models = ModelPaths(**{w.slot: w.path for w in wanted})
     findings = identity_findings(ctx) + budget_findings(ctx)
+    downloads = len(changes)
     if changes:
         # what a file is can be read only once it is here: the plan says it will be checked, before any switch
         changes.append(Change("check what the downloaded files are (GGUF identity) and that they fit in memory",
                               action=_check_downloaded))
-    changes += removal_changes(ctx)
-    reason = "; ".join(reasons) if not changes else f"{len(changes)} model file change(s)"
+    removals = removal_changes(ctx)
+    changes += removals
+    reason = "; ".join(reasons) if not changes else what_changes(downloads, len(removals))
     return RolePlan(NAME, changes, reason=reason, findings=findings)
+
+
+def what_changes(downloads: int, removals: int) -> str:
+    """The plan in words that read after "would": files, not changes (the check after a download is no file)."""
+    said = []
+    if downloads:
+        said.append(f"download {downloads} model file{'s' if downloads > 1 else ''} and check "
+                    f"{'them' if downloads > 1 else 'it'}")
+    if removals:
+        said.append(f"remove {removals} unused model file{'s' if removals > 1 else ''}")
+    return ", ".join(said)
 
 
 def identity_findings(ctx: Context) -> list[Finding]:

@@ -95,6 +95,17 @@ def test_check_mode_shows_the_memory_budget(box):
     assert proc.returncode == 0 and "memory budget fits" in proc.stdout, proc.stdout
 
 
+def test_check_mode_counts_model_files_not_changes(box, file_server):
+    """One download is one file, although the plan also lists the identity check that follows it."""
+    box.spec["model"]["main"] = {"source": serve_model(file_server, MODEL.read_bytes())}
+    box.write()
+    rc, document = box.converge("--check")
+    assert rc == 0, document
+    models = next(r for r in document["roles"] if r["name"] == "models")
+    assert models["msg"] == "would download 1 model file and check it", models
+    assert len(models["changes"]) == 2 and models["changes"][0].startswith("download model.main "), models
+
+
 @pytest.fixture
 def tiny_disk(tmp_path):
     mount = tmp_path / "tiny"

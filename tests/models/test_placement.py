@@ -1,9 +1,10 @@
-"""Where each model file of a spec lives (models/placement.py): pure, from the spec."""
+"""Where each model file of a spec lives (models/placement.py), and how the models plan says what it does."""
 from pathlib import Path
 
 import pytest
 
 from ds4_converge.models.placement import dest_is_file, place
+from ds4_converge.models.role import what_changes
 from ds4_converge.spec.model import ModelFile
 
 MODELS = Path("/var/lib/ds4-converge/models")
@@ -32,3 +33,10 @@ def test_any_other_dest_is_the_folder_the_file_goes_into(dest):
 def test_without_dest_a_download_goes_to_the_roots_models_and_a_local_file_stays_where_it_is():
     assert where(source="https://example.org/m/model.gguf") == (MODELS / "model.gguf", True)
     assert where(source="/mnt/usb/model.gguf") == (Path("/mnt/usb/model.gguf"), False)
+
+
+def test_the_plan_says_how_many_files_it_downloads_and_removes():
+    assert what_changes(1, 0) == "download 1 model file and check it"
+    assert what_changes(2, 0) == "download 2 model files and check them"
+    assert what_changes(0, 1) == "remove 1 unused model file"
+    assert what_changes(1, 3) == "download 1 model file and check it, remove 3 unused model files"
