@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 SPEC   ?= spec/examples/sim.yaml
 ARGS   ?=
 
-.PHONY: run test test-fast lint-imports stop status check schema clean
+.PHONY: run test test-fast lint-imports stop status check logs schema docs clean
 
 # What running the tool needs, and nothing else (no test or fleet tools): make run, check, status, stop.
 $(VENV)/.installed-run: pyproject.toml
@@ -32,7 +32,7 @@ $(BIN)/ds4-converge: $(VENV)/.installed-dev
 # curl line that asks for a model /v1/models lists.
 run: $(VENV)/.installed-run
 	$(BIN)/ds4-converge $(SPEC) $(ARGS)
-	@echo "status: make status    logs: $(BIN)/ds4-converge logs $(SPEC)    stop: make stop"
+	@echo "status: make status    logs: make logs    stop: make stop"
 
 check: $(VENV)/.installed-run
 	$(BIN)/ds4-converge $(SPEC) --check --diff $(ARGS)
@@ -43,6 +43,10 @@ status: $(VENV)/.installed-run
 
 stop: $(VENV)/.installed-run
 	$(BIN)/ds4-converge stop $(SPEC) $(ARGS)
+
+# the engine's log (and a failed build's): ARGS='-f' follows it
+logs: $(VENV)/.installed-run
+	@$(BIN)/ds4-converge logs $(SPEC) $(ARGS)
 
 test: lint-imports
 	$(BIN)/python -m pytest -q

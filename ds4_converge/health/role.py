@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import replace
 
 from ds4_converge.core.context import Context
@@ -12,6 +13,7 @@ from ds4_converge.health import bench, gate, warmup
 from ds4_converge.health.probe import NotReady, ProbeTarget, Unhealthy, check_models, wait_healthy
 from ds4_converge.engine.release import prune
 from ds4_converge.service import start_log
+from ds4_converge.tool_command import tool_command
 
 NAME = "probe"
 STAMP = re.compile(r"^\d{4} \d\d:\d\d:\d\d ")  # ds4-server's own lines begin with MMDD HH:MM:SS
@@ -46,7 +48,7 @@ class Watch:
 
     def last_lines(self) -> str:
         lines = start_log.engine_lines(self.start, 15)
-        whole = f"the whole log: ds4-converge logs {self.ctx.loaded.path}"
+        whole = f"the whole log: {tool_command()} logs {shlex.quote(str(self.ctx.loaded.path))}"
         return (f"last lines of this start:\n{lines}({whole})" if lines
                 else f"this start wrote no log lines ({whole})")
 

@@ -1,4 +1,7 @@
 """Upgrades to broken engines revert on their own; a failed build never touches the serving release."""
+import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -40,6 +43,12 @@ def test_a_broken_upgrade_reverts_to_last_good(served_box, tag):
         assert detail.startswith("last lines of this start:\n") and "ds4-converge logs" in detail, detail
         if tag.endswith("crash-at-start"):
             assert "listening on" not in detail, "an earlier start's lines are not this start's"
+            # the hint names a command that runs from the shell that ran the converge (tests/unit/test_tool_command.py:
+            # the venv's own script where the venv is not on PATH, as after make run)
+            hint = re.search(r"\(the whole log: (.+)\)$", detail).group(1)
+            logs = subprocess.run(shlex.split(hint), capture_output=True, text=True, timeout=60,
+                                  env={**os.environ, "XDG_CACHE_HOME": str(box.user_cache)})
+            assert logs.returncode == 0 and "aborting startup" in logs.stdout, (hint, logs.stdout, logs.stderr)
     assert rc == 1, document
     assert document["reverted"] and not document["ok"]
     assert f"reverted to {before['release']}" in document["error"]
