@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from ds4_converge.core import reconciler
-from ds4_converge.core.context import make_context
+from ds4_converge.orchestrate import reconciler
+from ds4_converge.orchestrate.context import make_context
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
 from ds4_converge.core.state import Deployment
 from ds4_converge.facts import HostFacts
 from ds4_converge.health.probe import Unhealthy
+from ds4_converge.models.digests import DigestCache
 from ds4_converge.service.supervisor import SupervisorError
 from ds4_converge.spec.loader import LoadedSpec
 from fakehost import spec
@@ -155,7 +156,7 @@ def test_what_planning_learned_is_written_after_the_plans_not_in_check_mode(ctx,
     reconciler.converge(ctx, roles=[type("R", (), {"NAME": "learns", "plan": staticmethod(learns)})], revert=no_revert)
     assert not (ctx.layout.cache / "digests.json").exists(), "--check writes nothing, not even a cache"
     ctx.check = False
-    ctx.__dict__.pop("digests")
+    ctx.digests = DigestCache(ctx.layout.cache / "digests.json", deferred=True)  # a new run's
     reconciler.converge(ctx, roles=[type("R", (), {"NAME": "learns", "plan": staticmethod(learns)})], revert=no_revert)
     assert (ctx.layout.cache / "digests.json").exists()
 
