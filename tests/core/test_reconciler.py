@@ -180,7 +180,7 @@ def failed_switch(ctx):
 
 def test_revert_puts_last_good_back_and_proves_it(failed_switch, monkeypatch):
     switched = []
-    monkeypatch.setattr(reconciler.service, "switch_to", lambda c, d, **_: switched.append(d.release))
+    monkeypatch.setattr(reconciler.switch, "switch_to", lambda c, d, **_: switched.append(d.release))
     monkeypatch.setattr("ds4_converge.health.probe.wait_healthy", lambda target, state, soak: 4242)
     outcome = reconciler.Outcome(ok=False, error="probe: unhealthy")
     reconciler.revert_to_last_good(failed_switch, outcome)
@@ -197,7 +197,7 @@ def test_a_revert_that_fails_too_says_so_and_raises_nothing(failed_switch, monke
     def healthy(target, state, soak):
         raise Unhealthy("ds4-server is FATAL")
 
-    monkeypatch.setattr(reconciler.service, "switch_to", switch)
+    monkeypatch.setattr(reconciler.switch, "switch_to", switch)
     monkeypatch.setattr("ds4_converge.health.probe.wait_healthy", healthy)
     roles = [FakeRole("probe", [[change("probe", fails=RoleFailed("unhealthy"))]])]
     outcome = reconciler.converge(failed_switch, roles=roles)
