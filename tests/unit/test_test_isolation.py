@@ -9,7 +9,7 @@ from pathlib import Path
 
 from user_cache_guard import REAL_USER_CACHE, TEST_CACHES
 
-from ds4_converge.core import receipt
+from ds4_converge.orchestrate import receipt
 
 TESTS = Path(__file__).resolve().parents[1]
 
