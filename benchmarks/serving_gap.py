@@ -140,6 +140,8 @@ class Watcher(threading.Thread):
             for pid in children(self.supervisord):
                 if pid not in self.before:
                     self.seen.setdefault(pid, now)
+            if self.seen and self.old_exit is not None:
+                return  # nothing more to see: do not take CPU from the new engine's load
 
 
 def children(pid: int) -> list[int]:
