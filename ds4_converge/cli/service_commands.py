@@ -136,7 +136,7 @@ def stop(args, session) -> int:
     from ds4_converge.cli import report
     from ds4_converge.orchestrate.teardown import stop as stop_root
 
-    ctx = session.context()
+    ctx = session.context(user_may_be_gone=True)  # stopping must work after server.user was deleted
     stopped = False
     if ctx.layout.root.exists():
         with session.lock().acquire():

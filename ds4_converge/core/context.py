@@ -10,14 +10,14 @@ from __future__ import annotations
 import os
 import pwd
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ds4_converge.core.layout import Layout
 from ds4_converge.core.state import Deployment, State
 from ds4_converge.core.toolkit import Toolkit
-from ds4_converge.spec.hostpaths import UnknownVariable, expand
+from ds4_converge.spec.hostpaths import VARIABLE, UnknownVariable, expand
 from ds4_converge.spec.loader import LoadedSpec, SpecInvalid
 from ds4_converge.spec.model import Spec
 from ds4_converge.spec.values import check_root
@@ -94,6 +94,17 @@ def _host_path(loaded: LoadedSpec, raw: str) -> Path:
     return expand(raw, home=home, user=user, env=os.environ, base_dir=loaded.base_dir)
 
 
+def _path_without_account(loaded: LoadedSpec, raw: str) -> Path:
+    """A spec path expanded for a server.user that does not exist (any more): possible unless it names the home."""
+    user = loaded.spec.server.user
+    if raw.startswith("~") or any((m.group("braced") or m.group("plain")) in ("HOME", "USER")
+                                  for m in VARIABLE.finditer(raw)):
+        raise SpecInvalid([loaded.locate("paths.root", f"{raw}: names the home of server.user {user!r}, who does "
+                                                       f"not exist on this host (any more): there is no telling "
+                                                       f"where it is; give paths.root as it expands there")])
+    return expand(raw, home="", user=user or "", env=os.environ, base_dir=loaded.base_dir)
+
+
 @cache
 def _account(user: str | None) -> tuple[str, str]:
     """(name, HOME) of the service user (default: who runs us), read once per process, not once per path."""
@@ -101,13 +112,22 @@ def _account(user: str | None) -> tuple[str, str]:
     return name, pwd.getpwnam(name).pw_dir
 
 
-def root_layout(loaded: LoadedSpec) -> Layout:
+def root_layout(loaded: LoadedSpec, *, user_may_be_gone: bool = False) -> Layout:
     """Where this spec's root lies on this host. Raises SpecInvalid (FILE:LINE:COL) when the spec does not fit
     this host: an unknown server.user, or a paths.root that names a variable this host lacks or expands to
-    something config files cannot hold."""
-    service_account(loaded)
+    something config files cannot hold.
+
+    user_may_be_gone: for what must work after the service user was deleted (`stop`): the root is found
+    without the account unless paths.root names that user's home."""
     try:
-        root = _host_path(loaded, loaded.spec.paths.root)
+        service_account(loaded)
+        expand_root = partial(_host_path, loaded)
+    except SpecInvalid:
+        if not user_may_be_gone:
+            raise
+        expand_root = partial(_path_without_account, loaded)
+    try:
+        root = expand_root(loaded.spec.paths.root)
         check_root(str(root), expanded=True)
     except (UnknownVariable, ValueError) as exc:
         raise SpecInvalid([loaded.locate("paths.root", f"{exc} (as expanded on this host)")]) from None

@@ -10,9 +10,9 @@ from ds4_converge.service.supervisor import Supervisor
 from ds4_converge.spec.loader import LoadedSpec
 
 
-def make_context(loaded: LoadedSpec, **kwargs) -> Context:
+def make_context(loaded: LoadedSpec, *, user_may_be_gone: bool = False, **kwargs) -> Context:
     """Raises SpecInvalid (FILE:LINE:COL) when the spec does not fit this host (see core.context.root_layout)."""
-    layout = root_layout(loaded)
+    layout = root_layout(loaded, user_may_be_gone=user_may_be_gone)
     try:
         state = State.load(layout.state_file)
     except StateUnreadable as exc:

@@ -190,3 +190,18 @@ def test_on_a_terminal_a_live_line_shows_the_wait_and_the_role_lines_stay(box):
     for role in ("preflight", "engine", "service", "probe"):
         assert role in text
     assert "converged" in text and "curl -s" in text
+
+
+def test_stop_works_after_the_service_user_was_deleted(box):
+    """server.user names a user this host no longer has: converge refuses the spec (exit 2), stop still stops."""
+    rc, document = box.converge()
+    assert rc == 0, document
+    gone = ["--set", "server.user=ds4c-deleted-user"]
+    rc, refused = box.converge(*gone)
+    assert rc == 2 and "no user 'ds4c-deleted-user' on this host" in refused["error"], refused
+    rc, stop = box.json("stop", str(box.spec_path), *gone)
+    assert rc == 0 and stop["stopped"], stop
+    assert box.status()["pid"] is None
+    # a root that lives in that user's home cannot be found without the user: said plainly, still exit 2
+    rc, lost = box.json("stop", str(box.spec_path), *gone, "--set", "paths.root=~/ds4")
+    assert rc == 2 and "names the home of server.user 'ds4c-deleted-user'" in lost["error"], lost
