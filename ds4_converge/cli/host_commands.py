@@ -28,13 +28,37 @@ def _port_argument(parser) -> None:
                         help="the port the engine is meant to serve on: who holds it now (default 8000)")
 
 
+def _facts_arguments(parser) -> None:
+    parser.add_argument("spec", nargs="?", metavar="SPEC",
+                        help="gather what this spec needs looked at (its port, paths.root, model folders, service "
+                             "user, and which port holders its supervisord runs): the facts that `SPEC --check "
+                             "--facts FILE` plans against on another host")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a spec value (with SPEC)")
+    _port_argument(parser)
+
+
 def facts(args, session) -> int:
+    import socket
+    import time
+
     from ds4_converge.cli import report
     from ds4_converge.facts import gather_host_facts
 
-    host = gather_host_facts(port=args.port)
+    if args.spec is None:
+        host = gather_host_facts(port=args.port)
+    else:
+        from ds4_converge.orchestrate.reconciler import facts_request
+
+        ctx = session.context()
+        host = gather_host_facts(**facts_request(ctx))
+        holders = {listener.pid for listener in host.listeners if listener.pid}
+        ours = sorted(ctx.supervisor.owns(holders)) if holders else []
+        host = host.model_copy(update={"supervised_pids": ours})
     if session.json:
-        session.emit(report.document("facts", ok=True, exit_code=OK, facts=json.loads(host.to_json())))
+        captured = {"hostname": socket.gethostname(), "captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    **({"spec": args.spec} if args.spec else {})}
+        session.emit(report.document("facts", ok=True, exit_code=OK, facts=json.loads(host.to_json()), **captured))
         return OK
     session.out.print(facts_table(host))
     return OK
@@ -167,7 +191,9 @@ def init(args, session) -> int:
 
 COMMANDS = [
     Command("facts", "the host facts preflight reads (GPU, driver, every nvcc, memory, disk, port holders)", facts,
-            add_arguments=_port_argument, takes_spec=False),
+            add_arguments=_facts_arguments, takes_spec=False,
+            description="The host facts preflight reads. With SPEC, what that spec needs looked at; with --json, "
+                        "a document another host plans against: `ds4-converge SPEC --check --facts FILE`."),
     Command("init", "write a starter spec that suits this host", init, add_arguments=_init_arguments,
             takes_spec=False,
             epilog="exit codes:\n    0  written\n    1  failed to write it\n    2  --out exists, or usage"),

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
-from ds4_converge.cli.command import FAILED, NEVER_CONVERGED, OK, CliError, Command
+from ds4_converge.cli.command import FAILED, INVALID, NEVER_CONVERGED, OK, CliError, Command
 
 RUN_EXITS = """exit codes:
     0  converged (with --check: planned)
@@ -17,6 +18,9 @@ RUN_EXITS = """exit codes:
 def _converge_arguments(parser) -> None:
     parser.add_argument("--check", action="store_true",
                         help="plan only: change no file and no process, say what would change")
+    parser.add_argument("--facts", type=Path, metavar="FILE",
+                        help="with --check: plan against host facts captured on the target (`ds4-converge facts "
+                             "SPEC --json > FILE` there) instead of this host's; the report says which were used")
     parser.add_argument("--diff", action="store_true",
                         help="also show unified diffs of rendered files and command lines")
     parser.add_argument("--refresh", action="store_true",
@@ -34,11 +38,16 @@ def converge(args, session) -> int:
     from ds4_converge.cli import noop, report
     from ds4_converge.cli.progress import Reporter, mode_for
     from ds4_converge.core import interrupts
+    from ds4_converge.orchestrate import captured_facts
     from ds4_converge.orchestrate.reconciler import converge as run
 
     facts_at = time.time()
-    ctx = session.context()
+    captured = _captured(args, session)
+    ctx = session.context(**({"account": captured_facts.account(captured, session.loaded.spec.server.user)}
+                             if captured else {}))
     ctx.check = args.check
+    if captured:
+        ctx.facts = captured.facts
     if not args.check:
         noop.forget(args.spec)
     before = ctx.state.current  # what ran before: the restart's config diff is against it
@@ -46,6 +55,8 @@ def converge(args, session) -> int:
     reporter.extra_lines = lambda result: (report.switch_lines(switch_of(before, ctx), check=ctx.check)
                                            if result.name == "service" and result.changed else [])
     reporter.attach(ctx)
+    if captured:
+        _say_where_the_facts_came_from(ctx, captured)
     lock = session.lock(read_only=args.check)
     try:
         if not args.check and not ctx.layout.root.exists():
@@ -65,6 +76,43 @@ def converge(args, session) -> int:
     if code == OK and not (args.check or args.diff or outcome.repairs) and noop.is_noop(session.document):
         noop.record(session, ctx, session.document, facts_at=facts_at)
     return code
+
+
+def _captured(args, session):
+    """The target's facts for --check --facts FILE; None without --facts."""
+    if args.facts is None:
+        return None
+    if not args.check:
+        raise CliError(INVALID, "usage", "--facts plans against another host's facts: only with --check (a run "
+                                         "that changes this host reads this host)")
+    from ds4_converge.orchestrate.captured_facts import NotFacts, load
+
+    session.load_spec()
+    try:
+        return load(args.facts)
+    except NotFacts as exc:
+        raise CliError(INVALID, "usage", str(exc)) from None
+
+
+def _say_where_the_facts_came_from(ctx, captured) -> None:
+    """Preflight's line (as it prints) notes which facts the plan used, and warns where they do not fit the spec."""
+    from ds4_converge.orchestrate import captured_facts
+    from ds4_converge.orchestrate.reconciler import facts_request
+
+    try:
+        request = facts_request(ctx)
+    except Exception:  # noqa: BLE001 - a path that does not expand: preflight itself reports it
+        request = {"port": captured.facts.port, "root": captured.facts.root, "model_dirs": []}
+    said, warned = captured_facts.notes(captured, request, ctx.spec.server.user)
+    shown = ctx.on_role_done
+
+    def on_role_done(result):
+        if result.name == "preflight":
+            result.notes[:0] = said
+            result.warnings[:0] = warned
+        shown(result)
+
+    ctx.on_role_done = on_role_done
 
 
 def switch_of(before, ctx) -> dict | None:

@@ -31,6 +31,9 @@ class Context:
     loaded: LoadedSpec
     layout: Layout
     facts: HostFacts | None = None  # gathered once per run by the reconciler, before the first role
+    # the service user's (name, HOME) as the target host has them, from facts captured there (--check --facts);
+    # None: looked up on this host
+    account: tuple[str, str] | None = None
     check: bool = False  # plan only: nothing on the host may change
     before_change: Callable[[], object] = lambda: None  # called before a role applies anything (takes a deferred lock)
     say: Callable[[str], object] = print  # progress lines for people (silent in --json mode)
@@ -73,7 +76,7 @@ class Context:
 
     def host_path(self, raw: str) -> Path:
         """Expand a spec path on this host for the service user (never the caller's own HOME)."""
-        return _host_path(self.loaded, raw)
+        return _host_path(self.loaded, raw, self.account)
 
     @property
     def endpoint(self) -> str:
@@ -89,8 +92,8 @@ def service_account(loaded: LoadedSpec) -> tuple[str, str]:
             from None
 
 
-def _host_path(loaded: LoadedSpec, raw: str) -> Path:
-    user, home = service_account(loaded)
+def _host_path(loaded: LoadedSpec, raw: str, account: tuple[str, str] | None = None) -> Path:
+    user, home = account or service_account(loaded)
     return expand(raw, home=home, user=user, env=os.environ, base_dir=loaded.base_dir)
 
 
@@ -112,16 +115,19 @@ def _account(user: str | None) -> tuple[str, str]:
     return name, pwd.getpwnam(name).pw_dir
 
 
-def root_layout(loaded: LoadedSpec, *, user_may_be_gone: bool = False) -> Layout:
+def root_layout(loaded: LoadedSpec, *, user_may_be_gone: bool = False,
+                account: tuple[str, str] | None = None) -> Layout:
     """Where this spec's root lies on this host. Raises SpecInvalid (FILE:LINE:COL) when the spec does not fit
     this host: an unknown server.user, or a paths.root that names a variable this host lacks or expands to
     something config files cannot hold.
 
     user_may_be_gone: for what must work after the service user was deleted (`stop`): the root is found
-    without the account unless paths.root names that user's home."""
+    without the account unless paths.root names that user's home. account: the service user's (name, HOME) as
+    another host has them (facts captured there), not looked up here."""
     try:
-        service_account(loaded)
-        expand_root = partial(_host_path, loaded)
+        if account is None:
+            service_account(loaded)
+        expand_root = partial(_host_path, loaded, account=account)
     except SpecInvalid:
         if not user_may_be_gone:
             raise

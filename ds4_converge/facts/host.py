@@ -37,6 +37,9 @@ class HostFacts(FrozenModel):
     listeners: list[Listener] = []
     service_user: str | None = None
     service_passwd: PasswdEntry | None = None
+    #: Port holders that this root's supervisord runs (its engine, what descends from it), when the facts were
+    #: captured for a spec (``ds4-converge facts SPEC``); None: ask supervisord here.
+    supervised_pids: list[int] | None = None
     #: One entry per command run, keyed by fact key (``gpu.NvidiaGpus``,
     #: ``cuda.NvccVersion(path='/usr/bin/nvcc')``).
     probes: dict[str, Probe] = {}

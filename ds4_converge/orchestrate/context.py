@@ -12,7 +12,7 @@ from ds4_converge.spec.loader import LoadedSpec
 
 def make_context(loaded: LoadedSpec, *, user_may_be_gone: bool = False, **kwargs) -> Context:
     """Raises SpecInvalid (FILE:LINE:COL) when the spec does not fit this host (see core.context.root_layout)."""
-    layout = root_layout(loaded, user_may_be_gone=user_may_be_gone)
+    layout = root_layout(loaded, user_may_be_gone=user_may_be_gone, account=kwargs.get("account"))
     try:
         state = State.load(layout.state_file)
     except StateUnreadable as exc:

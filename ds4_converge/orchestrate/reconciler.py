@@ -53,12 +53,17 @@ class Outcome:
                 "roles": [r.to_json() for r in self.results]}
 
 
+def facts_request(ctx: Context) -> dict:
+    """What of the host this spec needs looked at (gather_host_facts' arguments)."""
+    files = placements(ctx.spec.model, ctx.host_path, ctx.layout.models)
+    return fact_request(ctx.spec, ctx.host_path, ctx.layout, files)
+
+
 def gather_facts(ctx: Context):
     """The host facts every role reads, gathered once per run (read-only commands: safe in check mode)."""
     from ds4_converge.facts import gather_host_facts
 
-    files = placements(ctx.spec.model, ctx.host_path, ctx.layout.models)
-    return gather_host_facts(**fact_request(ctx.spec, ctx.host_path, ctx.layout, files))
+    return gather_host_facts(**facts_request(ctx))
 
 
 def converge(ctx: Context, *, diff: bool = False, roles: Sequence = ROLES,

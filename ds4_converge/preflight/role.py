@@ -34,7 +34,11 @@ def plan(ctx: Context) -> RolePlan:
         kv_bytes=(spec.server.kv_disk_space_mb or rules.DEFAULT_KV_DISK_MB) * MIB if kv_dir else 0)
     cuda_home = paths.get("toolchain.cuda_home")
     # a port holder is ours when it runs under our supervisord: ask only when someone holds the port
-    ours = ctx.supervisor.owns(l.pid for l in host.listeners if l.pid) if host.listeners else set()
+    holders = {l.pid for l in host.listeners if l.pid}
+    if host.supervised_pids is not None:  # facts captured on the target, with what its supervisord runs
+        ours = holders & set(host.supervised_pids)
+    else:
+        ours = ctx.supervisor.owns(holders) if holders else set()
     findings = rules.all_findings(spec, host, expand=ctx.host_path, our_pids=ours,
                                   cuda_home=str(cuda_home) if cuda_home else None, disk=disk)
     findings += [Finding("error", problem) for problem in

@@ -1,0 +1,98 @@
+"""Host facts captured on another host (`ds4-converge facts SPEC --json` there), for `--check --facts FILE` here.
+
+A spec for a DGX Spark cannot be planned on a laptop from the laptop's own facts: preflight stops at "nvidia-smi is
+not installed". Planned against the target's facts instead, the roles see its GPU, driver, toolkits, memory, disk,
+port holders and service user; everything else a plan reads (paths.root, the model files, the engine's
+repository) is read on this host, and the plan says so.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ds4_converge.errors import Ds4Error
+from ds4_converge.facts import HostFacts
+
+MAX_BYTES = 16 << 20  # a facts document is a few kilobytes; anything near this is not one
+
+
+class NotFacts(Ds4Error):
+    pass
+
+
+@dataclass(frozen=True)
+class Captured:
+    facts: HostFacts
+    path: Path
+    hostname: str | None = None
+    captured_at: str | None = None
+    spec: str | None = None  # the spec they were captured for (None: the defaults of `ds4-converge facts`)
+
+    @property
+    def origin(self) -> str:
+        where = f" on {self.hostname}" if self.hostname else ""
+        when = f" at {self.captured_at}" if self.captured_at else ""
+        return f"{self.path} (captured{where}{when})" if where or when else str(self.path)
+
+
+def load(path: Path) -> Captured:
+    """The `ds4-converge facts --json` document in `path` (or its `facts` object alone)."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise NotFacts(f"--facts {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_BYTES:
+        raise NotFacts(f"--facts {path}: larger than {MAX_BYTES >> 20} MiB: not a facts document")
+    try:
+        document = json.loads(data)
+    except ValueError as exc:
+        raise NotFacts(f"--facts {path}: not JSON ({exc})") from None
+    if not isinstance(document, dict):
+        raise NotFacts(f"--facts {path}: not a facts document (write one with `ds4-converge facts SPEC --json`)")
+    facts = document.get("facts") if document.get("command") == "facts" else document
+    try:
+        host = HostFacts.model_validate(facts)
+    except ValueError as exc:
+        first = str(exc).splitlines()[:3]
+        raise NotFacts(f"--facts {path}: not host facts of this version of ds4-converge: {' '.join(first)}") from None
+    return Captured(host, Path(path), document.get("hostname"), document.get("captured_at"), document.get("spec"))
+
+
+def account(captured: Captured, wanted_user: str | None) -> tuple[str, str] | None:
+    """The service user's (name, HOME) on the target, when the facts are about the user this spec runs as."""
+    facts = captured.facts
+    if facts.service_passwd is None or not facts.service_user:
+        return None
+    if wanted_user is not None and wanted_user != facts.service_user:
+        return None
+    return facts.service_user, facts.service_passwd.home
+
+
+def notes(captured: Captured, request: dict, wanted_user: str | None) -> tuple[list[str], list[str]]:
+    """(notes, warnings): which facts the plan used, and where they were captured for something else."""
+    facts = captured.facts
+    gpus = ", ".join(f"{g.name} ({g.compute_cap})" if g.compute_cap else g.name for g in facts.gpus) or "no GPU"
+    toolkits = ", ".join(f"{t.path} ({t.version})" if t.version else t.path for t in facts.cuda.toolkits) or "none"
+    said = [f"planned against the host facts in {captured.origin}: arch {facts.arch or 'unknown'}, {gpus}, "
+            f"driver {facts.driver.driver_version or 'none'}, CUDA toolkits {toolkits}, memory, free disk, who holds "
+            f"port {facts.port}, service user {facts.service_user or 'unknown'}"
+            + (f" (home {facts.service_home})" if facts.service_home else ""),
+            "read on this host, not the target: paths.root (state, releases), the model files, the engine's "
+            "repository"]
+    warnings = []
+    if request["port"] != facts.port:
+        warnings.append(f"--facts: captured for port {facts.port}, the spec serves {request['port']}: who holds "
+                        f"that port on the target is not known")
+    missing = [d for d in request["model_dirs"] if d not in facts.disk_models]
+    if request["root"] != facts.root or missing:
+        where = ", ".join([request["root"]] * (request["root"] != facts.root) + missing)
+        warnings.append(f"--facts: free disk not captured for {where}: those disk checks used what was captured "
+                        f"(capture with `ds4-converge facts SPEC --json` on the target)")
+    if wanted_user is not None and wanted_user != facts.service_user:
+        warnings.append(f"--facts: captured for service user {facts.service_user}, the spec runs as {wanted_user}")
+    if facts.supervised_pids is None and facts.listeners:
+        warnings.append("--facts: captured without a spec, so a holder of the port cannot be told from this root's "
+                        "own engine")
+    return said, warnings

@@ -1,0 +1,67 @@
+"""`--check --facts FILE`: a spec for a GPU host planned on a host without one, against facts captured there."""
+import json
+import shutil
+
+import pytest
+
+from boxes import REPO
+
+H200_FACTS = REPO / "tests" / "facts" / "fixtures" / "h200" / "facts-as-read.json"  # `facts --json` on an H200
+
+
+@pytest.fixture
+def gpu_spec(box):
+    box.spec["engine"].update(target="cuda", cuda_arch="sm_90")
+    box.write()
+    return box
+
+
+def test_a_gpu_spec_is_planned_against_the_targets_facts_and_says_which(gpu_spec):
+    box = gpu_spec
+    if shutil.which("nvidia-smi") is None:  # this host alone cannot plan it
+        rc, alone = box.converge("--check")
+        assert rc == 1 and "nvidia-smi is not installed" in alone["error"], alone
+    rc, document = box.converge("--check", "--facts", str(H200_FACTS))
+    assert rc == 0, document
+    roles = {r["name"]: r for r in document["roles"]}
+    assert [r["status"] for r in document["roles"]] == ["ok", "ok", "ok", "changed", "changed", "changed"]
+    assert roles["engine"]["msg"].endswith("with make cuda"), roles["engine"]
+    assert "NVIDIA H200 (9.0)" in roles["preflight"]["msg"], roles["preflight"]
+    note = roles["preflight"]["notes"][0]
+    assert note.startswith(f"planned against the host facts in {H200_FACTS}: arch x86_64, NVIDIA H200 (9.0), "
+                           "driver 580.159.04, CUDA toolkits /usr/local/cuda-13.0 (13.0)"), note
+    assert "read on this host, not the target" in roles["preflight"]["notes"][1]
+    # captured without this spec: for port 8000 and /, not for this box's port and root
+    warnings = " ".join(roles["preflight"]["warnings"])
+    assert f"captured for port 8000, the spec serves {box.port}" in warnings
+    assert f"free disk not captured for {box.root}" in warnings
+    assert "/usr/local/cuda-13.0" in roles["toolchain"]["msg"], roles["toolchain"]  # the target's toolkit
+    assert not box.root.exists(), "check mode leaves no trace"
+
+
+def test_facts_captured_for_the_spec_fit_it(gpu_spec, tmp_path):
+    """`ds4-converge facts SPEC --json` gathers what that spec needs: nothing to warn about when planned here."""
+    box = gpu_spec
+    rc, captured = box.json("facts", str(box.spec_path))
+    assert rc == 0 and captured["spec"] == str(box.spec_path) and captured["hostname"], captured
+    assert captured["facts"]["port"] == box.port and captured["facts"]["root"] == str(box.root)
+    assert captured["facts"]["supervised_pids"] == []
+    facts = tmp_path / "facts.json"
+    facts.write_text(json.dumps(captured))
+    rc, document = box.converge("--check", "--facts", str(facts))
+    preflight = document["roles"][0]
+    assert preflight["notes"][0].startswith(f"planned against the host facts in {facts} (captured on "), preflight
+    assert not any(w.startswith("--facts:") for w in preflight["warnings"]), preflight
+
+
+def test_facts_without_check_or_not_facts_at_all_are_refused(box, tmp_path):
+    rc, document = box.converge("--facts", str(H200_FACTS))
+    assert rc == 2 and "only with --check" in document["error"], document
+    junk = tmp_path / "junk.json"
+    junk.write_text("{not json")
+    rc, document = box.converge("--check", "--facts", str(junk))
+    assert rc == 2 and document["error"].startswith(f"--facts {junk}: not JSON"), document
+    junk.write_text(json.dumps({"gpus": "many"}))
+    rc, document = box.converge("--check", "--facts", str(junk))
+    assert rc == 2 and "not host facts of this version" in document["error"], document
+    assert not box.root.exists()
