@@ -63,8 +63,12 @@ test-fast: lint-imports
 lint-imports: $(BIN)/ds4-converge
 	$(BIN)/lint-imports --no-cache
 
+# the schema and the spec reference generated from it (tests fail when either is stale)
 schema: $(VENV)/.installed-run
 	$(BIN)/ds4-converge schema > spec/schema.json
+	$(BIN)/python docs/make_spec_reference.py
+
+docs: schema
 
 clean:
 	-$(BIN)/ds4-converge stop $(SPEC) $(ARGS)

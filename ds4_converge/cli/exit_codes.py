@@ -1,4 +1,4 @@
-"""The exit codes of every command, in one place (README, "Exit codes"; each command's help lists its own)."""
+"""The exit codes of every command, in one place (docs/cli.md, "Exit codes"; each command's help lists its own)."""
 
 OK = 0  # converged, planned, healthy, done
 FAILED = 1  # failed (a reverted run and an internal error included); `status`: converged before, not healthy now

@@ -1,6 +1,6 @@
 """What a run shows while it goes: each role's line as it finishes, and the long waits as they happen.
 
-Streams (README "Output"): the result (role lines, recap, tables, the --json document) goes to stdout;
+Streams (docs/cli.md, "Output"): the result (role lines, recap, tables, the --json document) goes to stdout;
 progress and error messages go to stderr. Three modes:
 
 - ``live`` (stderr is a terminal): a rich live line under the role lines — what runs now, for how long, and

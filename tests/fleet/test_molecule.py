@@ -106,7 +106,7 @@ def test_molecule_scenario(scenario, scratch):
     assert re.search(rf"{scenario}\s+: actions=\d+\s+successful=\d+\s+.*failed=0", output), output[-3000:]
     home = scratch / "home"
     written = sorted(p.name for p in home.iterdir() if p.name in HOME_OF_THE_FLEET_TOOLS - {".cache"})
-    # ds4-converge keeps its no-op receipts in the host user's ~/.cache/ds4-converge (README: "A converged box
+    # ds4-converge keeps its no-op receipts in the host user's ~/.cache/ds4-converge (docs/performance.md: "A converged box
     # answers in about 0.1 s"): the hosts' own state, not a fleet tool's leftover
     written += sorted(f".cache/{p.name}" for p in (home / ".cache").glob("*") if p.name != "ds4-converge")
     assert written == [], f"written to HOME: {written}"
