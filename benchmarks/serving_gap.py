@@ -505,6 +505,16 @@ def report(results: dict[str, tuple[str, dict]], runs: int, where: str) -> str:
         worst = max(k["median"]["tool"] for k in result["kinds"].values())
         verdicts.append(f"{side}: {worst:.3f} s ({'met' if worst <= TARGET_S else 'not met'})")
     lines += ["The tool's own part, worst median: " + "; ".join(verdicts) + ".", ""]
+    for side, (title, result) in results.items():
+        steps = {k: v["median"][STEPS_SUM] for k, v in result["kinds"].items()}
+        lines += [f"Reading ({side}): the gap is the old engine's stop, supervisord's spawn and the new engine's load, "
+                  f"plus the tool's own part. The tool's steps between the old engine's exit and its call that starts "
+                  f"the new one are timed exactly from the run's trace: "
+                  + ", ".join(f"{_ms(v)} ({k})" for k, v in steps.items())
+                  + f" (medians). The rest of its part is the load in the run against the same command loaded alone "
+                  f"right after; the loads alone ranged {min(result['loads']):.2f}–{max(result['loads']):.2f} s, so on "
+                  f"a machine shared with other work one switch can come out below zero or well above the median: "
+                  f"read the medians.", ""]
     return "\n".join(lines)
 
 
