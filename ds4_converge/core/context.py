@@ -44,6 +44,7 @@ class Context:
     engine_repo: EngineRepo | None = None
     release: Release | None = None
     models: ModelPaths | None = None
+    memory_short: str | None = None  # the memory budget does not fit and model.memory_budget is warn: why
     desired: Deployment | None = None
     restart_needed: bool = False
     prepared: bool = False  # engine.prepare ran in this run
