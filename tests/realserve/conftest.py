@@ -95,7 +95,7 @@ def engine_repo(tmp_path_factory) -> Path:
         _git(tree, "tag", version)
     base = "8d57664"
     _commit_on(tree, base, "broken-build", "Makefile: broken on purpose",
-               lambda t: _edit(t / "Makefile", "CFLAGS ?=", "$(error this Makefile is broken on purpose)\nCFLAGS ?="))
+               lambda t: _edit(t / "Makefile", "CC ?= cc\n", "$(error this Makefile is broken on purpose)\nCC ?= cc\n"))
     _commit_on(tree, base, "dies-at-start", "Require a metadata key no model has",
                lambda t: _edit(t / "ds4.c", 'required_u32(m, "deepseek4.block_count")',
                                'required_u32(m, "deepseek4.block_count_v2")'))

@@ -14,7 +14,8 @@ import real_engine
 from boxes import free_port
 from serving import KV_CACHE_ARGS, PROMPT, WORD, phantom_gguf
 
-pytestmark = pytest.mark.slow
+# each token costs seconds here: bounded per test above the default 300 s (each wait inside is bounded too)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 LISTENING = "listening on http://"
 
 

@@ -25,7 +25,8 @@ import real_engine
 from boxes import Box, free_port, report_document
 from serving import KV_CACHE_ARGS, PROMPT, WORD
 
-pytestmark = pytest.mark.slow
+# each token costs seconds here: bounded per test above the default 300 s (each wait inside is bounded too)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 # The engine's own -O3: its Makefile would take CFLAGS from the environment, but -O1 (build 27 s instead of ~40 s
 # for 8d57664 on a loaded 2-core box) made each token about twice as slow (an uncached smoke: 233 s against 122 s),
