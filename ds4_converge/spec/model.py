@@ -117,6 +117,10 @@ class Model(Strict):
     mtp: ModelFile | None = Field(None, description="the MTP support file (--mtp)")
     dspark: ModelFile | None = Field(None, description="the DSpark drafter (--dspark, fork only)")
     remove_unused: bool = Field(False, description="delete model files no release uses any more")
+    memory_budget: Literal["enforce", "warn"] = Field(
+        "enforce", description="a model set that does not fit in memory: enforce refuses it before anything changes; "
+                               "warn reports it loudly and goes on (an engine that streams weights, e.g. with "
+                               "--ssd-streaming, or a test with a sparse model)")
 
 
 class Speculative(Strict):
