@@ -33,22 +33,31 @@ def desired_deployment(ctx: Context) -> Deployment:
     server = ctx.spec.server
     kv_dir = ctx.host_path(server.kv_disk_dir) if server.kv_disk_dir else None
     try:
-        argv = server_argv(ctx.release, server, ctx.models, kv_dir)
+        argv = server_argv(ctx.release, server, ctx.models, kv_dir, ctx.spec.distributed)
     except UnsupportedSettings as exc:
         raise RoleFailed(str(exc)) from None
     env = {LOCK_ENV: str(ctx.layout.engine_lock(server.name)), **ctx.service_env, **server.env}
+    worker = ctx.spec.distributed is not None and ctx.spec.distributed.worker
     # `env K=V … ds4-server`: every value is passed through shlex quoting, none through INI key=value parsing
     command = [shutil.which("env") or "/usr/bin/env", *(f"{k}={v}" for k, v in sorted(env.items())), *argv]
     try:
         conf = render.program_conf(name=server.name, release=ctx.release.id, argv=command,
                                    directory=str(ctx.release.path), log=str(ctx.layout.engine_log(server.name)),
-                                   user=server.user, stop_wait_s=server.stop_wait_s, cache=ctx.renders)
+                                   user=server.user, stop_wait_s=stop_grace(ctx.spec), ignores_first_term=worker,
+                                   cache=ctx.renders)
     except render.UnsafeValue as exc:
         raise RoleFailed(f"cannot render the program config: {exc}") from None
     files = [str(p) for p in (getattr(ctx.models, slot) for slot in SLOTS) if p]
     conf = conf + "".join(f"; model {p}: {_identity(Path(p))}\n" for p in files)
     return Deployment(release=ctx.release.id, program_conf=conf, command=command, endpoint=ctx.endpoint,
                       model_files=files)
+
+
+def stop_grace(spec) -> int:
+    """How long a stop waits before SIGKILL: server.stop_wait_s, or a distributed worker's short stop_grace_s
+    (it holds no HTTP requests and writes no KV checkpoint; its second SIGTERM ends it at once)."""
+    d = spec.distributed
+    return int(d.stop_grace_s) if d is not None and d.worker else spec.server.stop_wait_s
 
 
 def _identity(path: Path) -> str:
@@ -229,7 +238,7 @@ def _cold_start(ctx: Context, *, deployment: Deployment, unit: Path | None) -> s
     prepare_engine_lock(ctx)
     ctx.switched = True  # nothing of ours runs now; from here a failure reverts to last good
     # supervisord starts the guard (autostart) with the engine: it watches this intent from then on
-    guard.arm(ctx.layout, None, name=name, grace=ctx.spec.server.stop_wait_s, fallback=ctx.state.last_good)
+    guard.arm(ctx.layout, None, name=name, grace=stop_grace(ctx.spec), fallback=ctx.state.last_good)
     crash_point("intent")
     deployment = deployment.stamped()
     ctx.state.current = deployment
@@ -252,10 +261,10 @@ def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -
     if ctx.supervisor.running_pid(name):  # the engine cuts a generation on SIGTERM: wait until it is idle
         running = ctx.state.current.endpoint if ctx.state.current else ctx.endpoint
         ctx.drained = drain.wait_idle(running, ctx.spec.server.drain_s, say=ctx.say)
-    guard.arm(ctx.layout, ctx.supervisor, name=name, grace=ctx.spec.server.stop_wait_s,
+    guard.arm(ctx.layout, ctx.supervisor, name=name, grace=stop_grace(ctx.spec),
               fallback=ctx.state.last_good)
     crash_point(f"{step}intent")
-    ctx.supervisor.stop(name, grace=ctx.spec.server.stop_wait_s)
+    ctx.supervisor.stop(name, grace=stop_grace(ctx.spec))
     crash_point(f"{step}old-stopped")
     ctx.state.current = deployment
     ctx.state.save(ctx.layout.state_file)

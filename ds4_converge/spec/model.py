@@ -239,7 +239,7 @@ class Distributed(Strict):
     listen: Address = Field(description="--listen: the coordinator's address for its workers, or a worker's data "
                                         "listener (the tool checks that a worker listens there)")
     coordinator: Address | None = Field(None, description="--coordinator: where a worker reaches its coordinator")
-    stop_grace_s: Seconds = Field(5, ge=1, le=600, description="a worker ignores the first SIGTERM: stopping it "
+    stop_grace_s: Int = Field(5, ge=1, le=600, description="a worker ignores the first SIGTERM: stopping it "
                                   "sends a second one, and SIGKILL after this many seconds")
 
     @field_validator("layers", mode="before")
