@@ -15,6 +15,9 @@ from ds4_converge.service import start_log
 
 NAME = "probe"
 STAMP = re.compile(r"^\d{4} \d\d:\d\d:\d\d ")  # ds4-server's own lines begin with MMDD HH:MM:SS
+# b030961 ends a refused start with its own summary after the engine's reason ("ds4: distributed coordinator
+# sessions require the graph backend", then "ds4-server: failed to create cpu session 1/1")
+SUMMARY = re.compile(r"^ds4-server: failed to create \S+ session")
 
 
 def target(ctx: Context) -> ProbeTarget:
@@ -43,8 +46,10 @@ class Watch:
         return start_log.exits(self.start, self.name)
 
     def last_words(self) -> str:
-        lines = start_log.engine_lines(self.start, 1).strip()
-        return STAMP.sub("", lines)
+        lines = [STAMP.sub("", line) for line in start_log.engine_lines(self.start, 2).strip().splitlines()]
+        if len(lines) == 2 and SUMMARY.match(lines[1]):
+            return f"{lines[0]} ({lines[1]})"  # the reason is the line before ds4-server's summary of it
+        return lines[-1] if lines else ""
 
     def log_text(self) -> str:
         return start_log.engine_text(self.start)
