@@ -144,3 +144,37 @@ def test_a_worker_that_cannot_bind_its_data_port_is_reported_as_it_exits(worker)
         with pytest.raises(Exception, match="exit status 1"):
             wait_worker(ProcWatch(w), w.text, w.listen, deadline_s=10, soak_s=0)
         assert "distributed worker:" in w.text()
+
+
+def test_supervisord_stops_a_worker_with_a_second_sigterm_not_its_grace(engine_b030961, worker_model, tmp_path):
+    """The program file the tool renders for a worker, run by real supervisord, stopped by the tool's
+    Supervisor.stop: in well under the grace (a single SIGTERM would wait for the SIGKILL)."""
+    from ds4_converge.core.layout import Layout, write_atomic
+    from ds4_converge.service import render
+    from ds4_converge.service.supervisor import Supervisor
+
+    layout = Layout(tmp_path / "root")
+    layout.ensure()
+    listen, coordinator = free_port(), free_port()
+    argv = ["/usr/bin/env", f"DS4_LOCK_FILE={tmp_path / 'w.lock'}", str(engine_b030961.server), "-m",
+            str(worker_model), "--role", "worker", "--layers", "42:output", "--listen", "127.0.0.1", str(listen),
+            "--coordinator", "127.0.0.1", str(coordinator)]
+    write_atomic(layout.supervisord_conf, render.supervisord_conf(layout))
+    write_atomic(layout.program_conf("w"), render.program_conf(
+        name="w", release="r", argv=argv, directory=str(tmp_path), log=str(layout.engine_log("w")), user=None,
+        stop_wait_s=30, ignores_first_term=True))
+    supervisor = Supervisor(layout)
+    supervisor.start_daemon()
+    try:
+        supervisor.await_autostart("w")
+        assert real_engine.wait_for(lambda: data_port_open(Address(host="127.0.0.1", port=listen)), timeout=15)
+        assert real_engine.wait_for(lambda: supervisor.running_pid("w") is not None, timeout=10)
+        began = time.monotonic()
+        supervisor.stop("w", grace=30)
+        took = time.monotonic() - began
+        assert took < 10, f"the stop took {took:.1f}s: it waited for the grace"
+        assert supervisor.info("w")["statename"] == "STOPPED"
+        assert "exited: w (exit status 130" in layout.supervisord_log.read_text() or \
+            "stopped: w (exit status 130)" in layout.supervisord_log.read_text(), layout.supervisord_log.read_text()
+    finally:
+        supervisor.shutdown()
