@@ -22,10 +22,11 @@ SUMMARY = re.compile(r"^ds4-server: failed to create \S+ session")
 
 def target(ctx: Context) -> ProbeTarget:
     health = ctx.spec.health
-    part = _worker(ctx)
+    # what was started last (a revert starts last good, whatever the spec says now), else this spec's part
+    current, part = ctx.state.current, _worker(ctx)
+    listen = worker.listen_of(current.command) if current is not None else part.listen if part else None
     return ProbeTarget(endpoint=ctx.endpoint, deadline_s=health.deadline_s, soak_s=health.soak_s,
-                       interval_s=health.interval_s, smoke=None if part else health.smoke,
-                       worker=part.listen if part else None)
+                       interval_s=health.interval_s, smoke=None if listen else health.smoke, worker=listen)
 
 
 class Watch:

@@ -46,6 +46,19 @@ class WorkerState:
         return {"started": self.started, "connected": self.connected, "line": self.line}
 
 
+def listen_of(command: list[str]) -> Address | None:
+    """The data port of a worker's command line (`--role worker … --listen HOST PORT`); None: not a worker.
+
+    A revert or rollback starts a recorded deployment, which may be a worker when the spec now says
+    coordinator (or the other way round): its probe follows the command that runs, not the spec."""
+    if "--role" not in command or command[command.index("--role") + 1:][:1] != ["worker"]:
+        return None
+    at = command.index("--listen") if "--listen" in command else -1
+    if at < 0 or len(command) < at + 3 or not command[at + 2].isdigit():
+        return None
+    return Address(host=command[at + 1], port=int(command[at + 2]))
+
+
 def read_state(log_text: str) -> WorkerState:
     """What a worker's log (one start of it) says about it now."""
     started, connected, line = False, False, ""
