@@ -125,10 +125,19 @@ class Pair:
                                capture_output=True, timeout=120)
 
 
-def test_workers_first_then_the_coordinator_and_a_failed_pair_goes_back_together(fleet, dist_repo):
+def test_checked_then_workers_first_then_the_coordinator_and_a_failed_pair_goes_back_together(fleet, dist_repo):
     repo, commits = dist_repo
     pair = Pair(fleet, repo, commits)
     try:
+        # specs that do not fit together: the coordinator's check says why, and no box is touched
+        inventory = pair.inventory("v0.2.0-dist")
+        data = yaml.safe_load(inventory.read_text())
+        data["ds4_distributed"]["hosts"]["work"]["ds4_converge_spec"]["distributed"]["layers"] = "23:output"
+        inventory.write_text(yaml.safe_dump(data))
+        play = pair.play(inventory)
+        assert play.returncode != 0 and "no box serves layer 22" in play.stdout, play.stdout[-3000:]
+        assert not (fleet / "coord-root").exists() and not (fleet / "work-root").exists()
+
         play = pair.play(pair.inventory("v0.2.0-dist"))
         assert play.returncode == 0, play.stdout[-4000:]
         out = play.stdout
@@ -153,15 +162,3 @@ def test_workers_first_then_the_coordinator_and_a_failed_pair_goes_back_together
         assert worker["distributed"]["role"] == "worker"
     finally:
         pair.stop()
-
-
-def test_specs_that_do_not_fit_change_nothing(fleet, dist_repo):
-    repo, commits = dist_repo
-    pair = Pair(fleet, repo, commits)
-    inventory = pair.inventory("v0.2.0-dist")
-    data = yaml.safe_load(inventory.read_text())
-    data["ds4_distributed"]["hosts"]["work"]["ds4_converge_spec"]["distributed"]["layers"] = "23:output"
-    inventory.write_text(yaml.safe_dump(data))
-    play = pair.play(inventory)
-    assert play.returncode != 0 and "no box serves layer 22" in play.stdout, play.stdout[-3000:]
-    assert not (fleet / "coord-root").exists() and not (fleet / "work-root").exists()
