@@ -31,8 +31,9 @@ engine) and `spec/examples/spark.yaml` (a DGX Spark).
 
 
 def _resolve(schema: dict, node: dict) -> dict:
-    ref = node.get("$ref")
-    return schema["$defs"][ref.rsplit("/", 1)[1]] if ref else node
+    """The definition a section names, directly or as the one choice besides null (an optional section)."""
+    ref = _ref_name(node)
+    return schema["$defs"][ref] if ref else node
 
 
 def _ref_name(node: dict) -> str | None:
@@ -147,8 +148,12 @@ def render(schema: dict) -> str:
     for section in sections:
         definition = _resolve(schema, schema["properties"][section])
         lines += [f"## `{section}`" + (" (required)" if section in required else ""), ""]
-        if definition.get("description"):
-            lines += [_text(definition["description"]), ""]
+        said = [_text(d) for d in [definition.get("description") or schema["properties"][section].get("description")]
+                if d]
+        if "null" in json.dumps(schema["properties"][section].get("anyOf", [])):
+            said.append("Optional: leave it out (null) for a box that serves alone.")
+        if said:
+            lines += [" ".join(said), ""]
         lines += HEAD + _rows(schema, section, definition, uses, defs_shown) + [""]
     for name in sorted(shared):
         definition = schema["$defs"][name]
