@@ -30,13 +30,14 @@ def record(name: str, host: str) -> dict:
     return json.loads((FLEET_DIR / f"{name}-{host}.json").read_text())
 
 
-def failure(output: str, host: str, task: str) -> dict:
-    """What the task returned on the host when it failed (the callback's `fatal: [HOST]: FAILED! => {...}`)."""
-    lines = output.splitlines()
-    for index, line in enumerate(lines):
-        if line.startswith(f"fatal: [{host}]") and any(task in earlier for earlier in lines[max(0, index - 3):index]):
-            return json.loads(line.split(" => ", 1)[1])
-    raise AssertionError(f"no failure of {task!r} on {host}:\n{output[-3000:]}")
+def failure(output: str, host: str) -> dict:
+    """What the ds4_converge module returned on the host when it failed (`fatal: [HOST]: FAILED! => {...}`)."""
+    for line in output.splitlines():
+        if line.startswith(f"fatal: [{host}]") and " => " in line:
+            result = json.loads(line.split(" => ", 1)[1])
+            if "reverted" in result:
+                return result
+    raise AssertionError(f"no failure of the ds4_converge module on {host}:\n{output[-3000:]}")
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,7 @@ def test_a_broken_engine_stops_at_the_canary(box):
     rollout = run("rollout")
     assert rollout["rc"] == 2, rollout["output"][-3000:]
     if box["name"] == "spark1":
-        result = failure(rollout["output"], "spark1", "Bring ds4-converge to converged")
+        result = failure(rollout["output"], "spark1")
         assert result["msg"].startswith("ds4-converge exited 1 (failed): probe:"), result["msg"]
         assert result["reverted"] is True and result["release"] == box["before"]["status"]["release"]
         assert rollout["recap"]["spark1"]["rescued"] == 1
@@ -89,11 +90,12 @@ def test_nobody_but_the_canary_moved_in_the_first_two_rollouts(box):
 def test_a_failing_host_stops_the_rest_of_its_batch(box):
     midbatch = run("midbatch")
     assert midbatch["rc"] == 2, midbatch["output"][-3000:]
-    assert "spark2: ds4-converge exited 1" in midbatch["output"]  # the end of the play names the failure
+    assert "spark2 failed its turn in the rollout: ds4-converge exited 1" in midbatch["output"]
+    assert midbatch["recap"]["spark2"]["failed"] == 1 and midbatch["recap"]["spark1"]["failed"] == 0
     assert "Not switched: spark2 failed earlier in batch 2" in midbatch["output"]
     middle = box["middle"]["status"]
     if box["name"] == "spark2":
-        result = failure(midbatch["output"], "spark2", "Bring ds4-converge to converged")
+        result = failure(midbatch["output"], "spark2")
         assert result["reverted"] is True and result["release"] == middle["release"]
     if box["name"] == "spark3":  # in spark2's batch, after it: not switched, then stopped by step 5
         assert midbatch["recap"]["spark3"]["changed"] == 0, midbatch["recap"]
