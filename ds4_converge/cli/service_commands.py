@@ -16,7 +16,7 @@ STATUS_EXITS = """exit codes:
 
 
 def status(args, session) -> int:
-    from ds4_converge.cli import report
+    from ds4_converge.cli import fleet_facts, report
 
     ctx = session.context()
     serving = session.serving()
@@ -49,7 +49,10 @@ def status(args, session) -> int:
         healthy=healthy, never_converged=never, state=serving["state"], pid=serving["pid"],
         uptime_s=serving["uptime_s"], last_good=last_good.release if last_good else None,
         last_good_at=last_good.recorded_at if last_good else None, last_run=session.last_run(),
+        last_revert=fleet_facts.last_revert(ctx.layout.logs), last_bench=fleet_facts.last_bench(ctx.layout.bench_results),
         name=ctx.spec.server.name, root=str(ctx.layout.root), spec=str(args.spec), distributed=distributed)
+    if ctx.layout.root.is_dir():
+        fleet_facts.after_run(ctx.layout.root, document, healthy=healthy)
     if session.json:
         session.emit(document)
     else:
@@ -175,6 +178,10 @@ def stop(args, session) -> int:
             stopped = stop_root(ctx)
     message = (f"stopped {ctx.spec.server.name} and its supervisord ({ctx.layout.root})" if stopped
                else f"nothing running under {ctx.layout.root}")
+    if ctx.layout.root.is_dir():
+        from ds4_converge.cli import fleet_facts
+
+        fleet_facts.after_run(ctx.layout.root, {"command": "stop", "ok": True, "release": None}, healthy=False)
     if session.json:
         session.emit(report.document("stop", ok=True, exit_code=OK, stopped=stopped, message=message))
     else:
