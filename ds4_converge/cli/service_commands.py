@@ -23,7 +23,9 @@ def status(args, session) -> int:
     state = ctx.state
     never = state.current is None and not state.good and serving["pid"] is None
     healthy, error = False, None
-    if never:
+    if serving["state"] == "unknown" and session.serving_unknown:
+        never, code, error = False, FAILED, f"cannot tell what runs: {session.serving_unknown}"
+    elif never:
         code, error = NEVER_CONVERGED, f"never converged under {ctx.layout.root}"
     elif serving["release"] is None:
         code, error = FAILED, ("nothing runs" if serving["state"] in ("not running", "STOPPED")

@@ -20,6 +20,7 @@ class Session:
         self.loaded = None  # LoadedSpec, once read
         self.ctx = None  # Context, once made
         self.document = None  # the report of a converge or rollback, once made
+        self.serving_unknown = None  # why serving() could not ask supervisord, once it could not
         self._out = self._err = None
 
     # ------------------------------------------------------------------ printing
@@ -118,7 +119,8 @@ class Session:
         try:
             supervisor = ctx.supervisor
             info = supervisor.info(ctx.spec.server.name) if supervisor.is_running() else None
-        except Exception:  # noqa: BLE001 - supervisord half-up, unreadable socket: "unknown" is the answer
+        except Exception as exc:  # noqa: BLE001 - supervisord half-up, unreadable socket: "unknown" is the answer
+            self.serving_unknown = str(exc) or type(exc).__name__
             return {**found, "state": "unknown"}
         if info is None:
             return found
