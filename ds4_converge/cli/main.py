@@ -32,6 +32,9 @@ def run(argv: list[str] | None = None, *, warm_start: bool = False, replay: bool
     """One command in this process (warm_start: or handed to a warm process, cli/warm.py; replay: answer a
     plain converge from its no-op receipt when it still holds)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    import os
+
+    os.umask(os.umask(0o022) | 0o022)  # nothing we make under paths.root is writable by others (core/root_trust.py)
     try:
         interrupts.install()
         return _main(argv, warm_start, replay)

@@ -7,7 +7,7 @@ import os
 import sys
 from datetime import datetime, timezone
 
-from ds4_converge.cli.command import INVALID, LOCKED, CliError
+from ds4_converge.cli.command import FAILED, INVALID, LOCKED, CliError
 
 LAST_RUN = "last-run.json"  # under ROOT/logs: the report of the last converge or rollback
 
@@ -102,7 +102,7 @@ class Session:
     def lock(self, *, read_only: bool = False):
         from ds4_converge.core.lock import RunLock
 
-        return _Lock(RunLock(self.ctx.layout.lock_file, read_only=read_only))
+        return _Lock(RunLock(self.ctx.layout.lock_file, read_only=read_only), self.ctx.layout)
 
     # ------------------------------------------------------------------ what serves now
 
@@ -150,19 +150,27 @@ class Session:
 
 
 class _Lock:
-    """RunLock whose `LockHeld` is a CliError (exit 3) naming the holder."""
+    """RunLock whose `LockHeld` is a CliError (exit 3) naming the holder. It first makes sure the root can be
+    trusted (core/root_trust.py): no link, no folder another user owns or can write, before its first write."""
 
-    def __init__(self, lock):
-        self.lock = lock
+    def __init__(self, lock, layout):
+        self.lock, self.layout = lock, layout
 
     def acquire(self):
+        from ds4_converge.core import root_trust
         from ds4_converge.core.lock import LockHeld
 
+        try:
+            root_trust.check(self.layout)
+        except root_trust.UntrustedRoot as exc:
+            raise CliError(FAILED, "failed", f"preflight: {exc}") from None
         try:
             return self.lock.acquire()
         except LockHeld as exc:
             holder = exc.holder.strip()
             raise CliError(LOCKED, "locked", str(exc), holder_pid=int(holder) if holder.isdigit() else None) from None
+        except OSError as exc:  # a link (ELOOP: opened without following), a FIFO, a read-only root …
+            raise CliError(FAILED, "failed", f"cannot open the run lock {self.lock.path}: {exc.strerror}") from None
 
     def __enter__(self):
         return self

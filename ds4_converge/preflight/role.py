@@ -5,6 +5,7 @@ finding stops the run before a single change. It never plans a change itself.
 """
 from __future__ import annotations
 
+from ds4_converge.core import root_trust
 from ds4_converge.core.context import Context
 from ds4_converge.core.plan import Finding, RolePlan
 from ds4_converge.health.warmup import missing as missing_warmup
@@ -37,6 +38,7 @@ def plan(ctx: Context) -> RolePlan:
     ours = ctx.supervisor.owns(l.pid for l in host.listeners if l.pid) if host.listeners else set()
     findings = rules.all_findings(spec, host, expand=ctx.host_path, our_pids=ours,
                                   cuda_home=str(cuda_home) if cuda_home else None, disk=disk)
+    findings += [Finding("error", problem) for problem in root_trust.problems(ctx.layout)]
     findings += [Finding("error", problem) for problem in
                  missing_warmup([path for field, path in paths.items() if field.startswith("health.warmup[")])]
     errors = sum(f.level == "error" for f in findings)
