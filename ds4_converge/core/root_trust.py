@@ -82,7 +82,7 @@ def problems(layout: Layout) -> list[str]:
     found = [p for p in [_folder_problem(root, st)] if p]
     folders = (layout.releases, layout.cache, layout.logs, layout.models, layout.run, layout.supervisor,
                layout.program_dir, layout.locks, layout.bench_results.parent)
-    files = (layout.state_file, layout.lock_file)
+    files = (layout.lock_file,)  # a link at state.json is damaged state: set aside (the link itself), rebuilt
     for path in (*folders, *files):
         problem = _entry_problem(path)
         if problem:

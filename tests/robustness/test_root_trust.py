@@ -5,7 +5,7 @@ import pwd
 
 import pytest
 
-LINKED = ["converge.lock", "state.json", "logs", "run", "supervisor", "locks", "releases", "cache",
+LINKED = ["converge.lock", "logs", "run", "supervisor", "locks", "releases", "cache",
           "logs/ds4.log", "supervisor/programs/ds4.conf", "supervisor/supervisord.conf"]
 
 
