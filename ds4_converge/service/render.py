@@ -134,10 +134,11 @@ def supervisord_conf(layout: Layout, *, nodaemon: bool = False, cache: RenderCac
 
 
 def program_conf(*, name: str, release: str, argv: list[str], directory: str, log: str, user: str | None,
-                 stop_wait_s: int, cache: RenderCache | None = None) -> str:
+                 stop_wait_s: int, environment: str = "", cache: RenderCache | None = None) -> str:
+    """`environment`: supervisord's environment= value, already quoted (sealed secrets, service/secrets.py)."""
     return _via(cache, "program.conf.j2", dict(
         name=name, release=release, command=command_line(argv), directory=directory, log=log, user=user,
-        stop_wait_s=stop_wait_s))
+        stop_wait_s=stop_wait_s, environment=Quoted(environment)))
 
 
 def systemd_unit(*, name: str, command: str, stop_wait_s: int, cache: RenderCache | None = None) -> str:

@@ -21,7 +21,7 @@ from ds4_converge.service import start_log
 from ds4_converge.core.state import Deployment
 from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
 from ds4_converge.models.placement import SLOTS
-from ds4_converge.service import drain, guard, render, systemd
+from ds4_converge.service import drain, guard, render, secrets, systemd
 from ds4_converge.service.supervisor import supervisord_argv
 
 NAME = "service"
@@ -37,12 +37,16 @@ def desired_deployment(ctx: Context) -> Deployment:
     except UnsupportedSettings as exc:
         raise RoleFailed(str(exc)) from None
     env = {LOCK_ENV: str(ctx.layout.engine_lock(server.name)), **ctx.service_env, **server.env}
-    # `env K=V … ds4-server`: every value is passed through shlex quoting, none through INI key=value parsing
-    command = [shutil.which("env") or "/usr/bin/env", *(f"{k}={v}" for k, v in sorted(env.items())), *argv]
+    hidden = {k: v for k, v in env.items() if k in server.env and secrets.is_secret(k)}
+    # `env K=V … ds4-server`: every value is passed through shlex quoting, none through INI key=value parsing;
+    # a secret goes through supervisord's environment= instead, sealed (service/secrets.py)
+    command = [shutil.which("env") or "/usr/bin/env",
+               *(f"{k}={v}" for k, v in sorted(env.items()) if k not in hidden), *argv]
     try:
         conf = render.program_conf(name=server.name, release=ctx.release.id, argv=command,
                                    directory=str(ctx.release.path), log=str(ctx.layout.engine_log(server.name)),
-                                   user=server.user, stop_wait_s=server.stop_wait_s, cache=ctx.renders)
+                                   user=server.user, stop_wait_s=server.stop_wait_s,
+                                   environment=secrets.environment_line(hidden), cache=ctx.renders)
     except render.UnsafeValue as exc:
         raise RoleFailed(f"cannot render the program config: {exc}") from None
     files = [str(p) for p in (getattr(ctx.models, slot) for slot in SLOTS) if p]
@@ -93,7 +97,7 @@ def plan(ctx: Context) -> RolePlan:
     info = supervisor.info(name) if running else None
     # STARTING, or RUNNING but still loading: supervisord is (re)starting it; the probe waits for it
     pid = info["pid"] if info and info["statename"] in ("RUNNING", "STARTING") else None
-    current_conf = _read(layout.program_conf(name))
+    current_conf = secrets.seal(_read(layout.program_conf(name)), layout)
     # stale programs go before the switch: they would run beside ours
     changes += [Change(f"remove program {p.stem} (renamed to {name})", before=_read(p), restarts=True,
                        action=partial(_remove_program, path=p, running=running)) for p in stale_programs(ctx)]
@@ -234,13 +238,19 @@ def _cold_start(ctx: Context, *, deployment: Deployment, unit: Path | None) -> s
     deployment = deployment.stamped()
     ctx.state.current = deployment
     ctx.state.save(ctx.layout.state_file)
-    write_atomic(ctx.layout.program_conf(name), deployment.program_conf)
+    _write_program(ctx, deployment)
     crash_point("program-written")
     ctx.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
     _start_supervisord(ctx, unit=unit)
     ctx.supervisor.await_autostart(name)
     crash_point("new-started")
     return f"started {name} on release {deployment.release}"
+
+
+def _write_program(ctx: Context, deployment: Deployment) -> None:
+    """The program file with its secrets, 0600; their values kept for last good and rollback's target too."""
+    keep = {d.program_conf for d in (ctx.state.last_good, ctx.state.previous_good) if d}
+    secrets.write_program(ctx.layout, ctx.layout.program_conf(ctx.spec.server.name), deployment.program_conf, keep)
 
 
 def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -> None:
@@ -259,7 +269,7 @@ def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -
     crash_point(f"{step}old-stopped")
     ctx.state.current = deployment
     ctx.state.save(ctx.layout.state_file)
-    write_atomic(ctx.layout.program_conf(name), deployment.program_conf)
+    _write_program(ctx, deployment)
     crash_point(f"{step}program-written")
     ctx.say(f"starting {name} on release {deployment.release}")
     ctx.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
