@@ -59,6 +59,8 @@ class Engine(Strict):
     prepare: list[SafeStr] | None = Field(
         None, description="command (argv) run in the spec's directory before the repo is fetched, "
                           "e.g. to refresh a local mirror on an offline box")
+    prepare_timeout_s: Int = Field(600, ge=1, le=DAY, description="engine.prepare is ended (its whole process "
+                                   "group killed) and the run fails when it runs longer than this")
 
     @model_validator(mode="after")
     def _version_source(self) -> Engine:
