@@ -61,6 +61,7 @@ def _main(argv: list[str], warm_start: bool = False, replay: bool = True) -> int
         if not argv:
             sys.stderr.write(f"usage: {USAGE}\n\nCommands: {', '.join(commands)}.  More: ds4-converge help\n")
             return INVALID
+        parser.json_mode = json_mode
         args = parser.parse_args(normalise(argv, commands))
         command = commands[args.command]
         from ds4_converge.cli.session import Session
@@ -275,7 +276,12 @@ def build_parser(commands: dict, width: int | None = None):
                         "one JSON document whatever happens."))
     class Version(argparse.Action):  # importlib.metadata only when asked: start-up time
         def __call__(self, parser, namespace, values, option_string=None):
-            sys.stdout.write(f"ds4-converge {_version()}\n")
+            if getattr(parser, "json_mode", False):  # --version --json: one document, as --json promises
+                from ds4_converge.cli import report
+
+                report.print_json(report.document("version", ok=True, exit_code=OK, version=_version()))
+            else:
+                sys.stdout.write(f"ds4-converge {_version()}\n")
             parser.exit()
 
     parser.add_argument("--version", action=Version, nargs=0, help="print the version of ds4-converge and exit")

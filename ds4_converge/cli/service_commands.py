@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from ds4_converge.cli.command import FAILED, NEVER_CONVERGED, OK, CliError, Command
+from ds4_converge.cli.values import number
 
 STATUS_EXITS = """exit codes:
     0  healthy: the engine runs and /v1/models lists the model
@@ -56,7 +57,7 @@ def status(args, session) -> int:
 def _logs_arguments(parser) -> None:
     parser.add_argument("-f", "--follow", action="store_true",
                         help="keep printing the engine's log as it grows (Ctrl-C ends); not with --json")
-    parser.add_argument("-n", "--lines", type=int, default=50, metavar="N",
+    parser.add_argument("-n", "--lines", type=number(int, 0, 1_000_000), default=50, metavar="N",
                         help="how many of the last lines of each log to show (default 50)")
 
 
