@@ -21,7 +21,7 @@ from ds4_converge.service import start_log
 from ds4_converge.core.state import Deployment
 from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
 from ds4_converge.models.placement import SLOTS
-from ds4_converge.service import drain, guard, render, secrets, systemd
+from ds4_converge.service import guard, render, secrets, switch, systemd
 from ds4_converge.service.supervisor import supervisord_argv
 
 NAME = "service"
@@ -218,7 +218,7 @@ def _switch(ctx: Context, *, deployment: Deployment) -> str:
         ctx.say(f"stopping {name} (SIGTERM, waiting for its process group)")
     prepare_engine_lock(ctx)
     ctx.switched = True
-    switch_to(ctx, deployment.stamped())
+    switch.switch_to(ctx, deployment.stamped())
     drained = f" ({ctx.drained.describe()})" if ctx.drained and ctx.drained.in_flight else ""
     return f"started {name} on release {deployment.release}{drained}"
 
@@ -238,41 +238,10 @@ def _cold_start(ctx: Context, *, deployment: Deployment, unit: Path | None) -> s
     deployment = deployment.stamped()
     ctx.state.current = deployment
     ctx.state.save(ctx.layout.state_file)
-    _write_program(ctx, deployment)
+    switch.write_program(ctx, deployment)
     crash_point("program-written")
     ctx.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
     _start_supervisord(ctx, unit=unit)
     ctx.supervisor.await_autostart(name)
     crash_point("new-started")
     return f"started {name} on release {deployment.release}"
-
-
-def _write_program(ctx: Context, deployment: Deployment) -> None:
-    """The program file with its secrets, 0600; their values kept for last good and rollback's target too."""
-    keep = {d.program_conf for d in (ctx.state.last_good, ctx.state.previous_good) if d}
-    secrets.write_program(ctx.layout, ctx.layout.program_conf(ctx.spec.server.name), deployment.program_conf, keep)
-
-
-def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -> None:
-    """Stop what runs (whole process group) once it is idle, then start `deployment` exactly as recorded.
-
-    The intent is recorded and the guard armed first: if this process dies anywhere from here until the switch
-    is settled (guard.disarm), supervisord's guard brings last good back (see service/guard.py)."""
-    name, step = ctx.spec.server.name, "" if reason == "switch" else f"{reason}-"
-    if ctx.supervisor.running_pid(name):  # the engine cuts a generation on SIGTERM: wait until it is idle
-        running = ctx.state.current.endpoint if ctx.state.current else ctx.endpoint
-        ctx.drained = drain.wait_idle(running, ctx.spec.server.drain_s, say=ctx.say)
-    guard.arm(ctx.layout, ctx.supervisor, name=name, grace=ctx.spec.server.stop_wait_s,
-              fallback=ctx.state.last_good)
-    crash_point(f"{step}intent")
-    ctx.supervisor.stop(name, grace=ctx.spec.server.stop_wait_s)
-    crash_point(f"{step}old-stopped")
-    ctx.state.current = deployment
-    ctx.state.save(ctx.layout.state_file)
-    _write_program(ctx, deployment)
-    crash_point(f"{step}program-written")
-    ctx.say(f"starting {name} on release {deployment.release}")
-    ctx.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
-    ctx.supervisor.load(name)
-    if reason == "switch":
-        crash_point("new-started")

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from ds4_converge.core.context import make_context
+from ds4_converge.orchestrate.context import make_context
 from ds4_converge.core.plan import RoleFailed
 from ds4_converge.engine import role as engine
 from ds4_converge.engine.release import RECORD, BuildRequest, Release, Toolkit
