@@ -233,7 +233,7 @@ def _cold_start(ctx: Context, *, deployment: Deployment, unit: Path | None) -> s
     prepare_engine_lock(ctx)
     ctx.switched = True  # nothing of ours runs now; from here a failure reverts to last good
     # supervisord starts the guard (autostart) with the engine: it watches this intent from then on
-    guard.arm(ctx.layout, None, name=name, grace=ctx.spec.server.stop_wait_s, fallback=ctx.state.last_good)
+    guard.arm(ctx.layout, None, name=name, grace=switch.UNPROVEN_STOP_GRACE_S, fallback=ctx.state.last_good)
     crash_point("intent")
     deployment = deployment.stamped()
     ctx.state.current = deployment
