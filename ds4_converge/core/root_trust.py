@@ -68,9 +68,25 @@ def _children(folder: Path) -> list[Path]:
         return []
 
 
+def read_only(layout: Layout) -> str | None:
+    """The root (or, before it exists, the folder it will be made in) is on a read-only file system: said as such,
+    not as a lack of free space."""
+    path = layout.root
+    while not os.path.exists(path) and path != path.parent:
+        path = path.parent
+    try:
+        readonly = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return None
+    return (f"{path} is on a read-only file system: ds4-converge writes its releases, state and logs under "
+            f"paths.root ({layout.root})") if readonly else None
+
+
 def problems(layout: Layout) -> list[str]:
     """Every reason not to write under this root; nothing when the root does not exist yet (it is made 0755)."""
     root = layout.root
+    if read_only(layout):
+        return [read_only(layout)]
     try:
         st = os.stat(root)  # the root itself may be a link an administrator made: its target is what is judged
     except FileNotFoundError:

@@ -36,9 +36,12 @@ def plan(ctx: Context) -> RolePlan:
     cuda_home = paths.get("toolchain.cuda_home")
     # a port holder is ours when it runs under our supervisord: ask only when someone holds the port
     ours = ctx.supervisor.owns(l.pid for l in host.listeners if l.pid) if host.listeners else set()
+    untrusted = root_trust.problems(ctx.layout)
+    if root_trust.read_only(ctx.layout):
+        disk = [need for need in disk if need.path != host.root]  # its free space is beside the point
     findings = rules.all_findings(spec, host, expand=ctx.host_path, our_pids=ours,
                                   cuda_home=str(cuda_home) if cuda_home else None, disk=disk)
-    findings += [Finding("error", problem) for problem in root_trust.problems(ctx.layout)]
+    findings += [Finding("error", problem) for problem in untrusted]
     findings += [Finding("error", problem) for problem in
                  missing_warmup([path for field, path in paths.items() if field.startswith("health.warmup[")])]
     errors = sum(f.level == "error" for f in findings)
