@@ -31,14 +31,18 @@ def placeholder(value: str) -> str:
 
 
 def _rendered(value: str) -> str:
-    """The value as it stands between the double quotes of `environment=K="…"` (supervisor's parser: a non-POSIX
-    shlex, then configparser's interpolation and inline comments)."""
-    if any(ch in value for ch in '"\n\r\x00') or value != value.strip() or value[:1] == "'" or value[-1:] == "'":
-        raise UnsafeValue("a secret in server.env cannot hold a double quote, a newline, edge whitespace or edge "
-                          "single quotes (supervisord's environment= could not pass it)")
+    """The value quoted as it stands in `environment=K=…` (supervisor's parser: a non-POSIX shlex, which knows no
+    escapes and strips quote characters at the ends, then configparser's interpolation and inline comments)."""
+    if any(ch in value for ch in "\n\r\x00") or value != value.strip() or value[:1] in "'\"" and value \
+            or value[-1:] in "'\"" and value:
+        raise UnsafeValue("a secret in server.env cannot hold a newline, edge whitespace or edge quotes "
+                          "(supervisord's environment= could not pass it)")
     if INLINE_COMMENT.search(value) or "%(" in value:
         raise UnsafeValue("a secret in server.env cannot hold ' ;', ' #' or '%(' (supervisord's INI parser)")
-    return value.replace("%", "%%")
+    quote = '"' if '"' not in value else "'" if "'" not in value else None
+    if quote is None:
+        raise UnsafeValue("a secret in server.env cannot hold both kinds of quotes (supervisord's environment=)")
+    return f"{quote}{value.replace('%', '%%')}{quote}"
 
 
 def environment_line(secrets: dict[str, str]) -> str:
@@ -48,7 +52,7 @@ def environment_line(secrets: dict[str, str]) -> str:
         _rendered(value)
         mark = placeholder(value)
         _known[mark] = value
-        parts.append(f'{name}="{mark}"')
+        parts.append(f'{name}="{mark}"')  # quoted as the value needs when unsealed
     return ",".join(parts)
 
 
@@ -70,7 +74,7 @@ def seal(text: str | None, layout: Layout) -> str | None:
     if text is None:
         return None
     for mark, value in {**_stored(layout), **_known}.items():
-        text = text.replace(f'="{_rendered(value)}"', f'="{mark}"')
+        text = text.replace(f"={_rendered(value)}", f'="{mark}"')
     return text
 
 
@@ -87,5 +91,10 @@ def write_program(layout: Layout, path: Path, sealed: str, keep: set[str] = froz
     if store != _stored(layout):
         layout.run.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_atomic(_store(layout), json.dumps(store, indent=1, sort_keys=True) + "\n", mode=0o600)
-    text = _PLACEHOLDER.sub(lambda m: _rendered(values[m.group(0)]), sealed)
-    write_atomic(path, text, mode=0o600)
+    write_atomic(path, unseal(sealed, layout), mode=0o600)
+
+
+def unseal(sealed: str, layout: Layout) -> str:
+    """The program text as supervisord reads it: each placeholder (in its quotes) replaced by the quoted value."""
+    values = {**_stored(layout), **_known}
+    return re.sub(f'"({_PLACEHOLDER.pattern})"', lambda m: _rendered(values[m.group(1)]), sealed)
