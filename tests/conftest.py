@@ -34,7 +34,7 @@ os.environ.setdefault("DS4_CONVERGE_WARM", "0")
 # make test-fast: a few examples of each property (make test runs each test's full count)
 settings.register_profile("fast", max_examples=8)
 
-SLOW_FOLDERS = {"e2e", "engine_sim", "fleet", "conformance"}
+SLOW_FOLDERS = {"e2e", "engine_sim", "fleet", "conformance", "realserve"}
 SLOW_FIXTURES = {"box", "served_box", "sim_repo", "builds", "start", "upstream", "fork", "fake", "file_server"}
 
 

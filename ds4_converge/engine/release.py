@@ -101,7 +101,17 @@ def help_flags(server: Path) -> frozenset[str]:
     proc = subprocess.run([str(server), "--help"], capture_output=True, text=True, timeout=60, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{server} --help exited {proc.returncode}: {(proc.stderr or proc.stdout)[-500:]}")
-    return parse_help_flags(proc.stdout + proc.stderr)
+    flags = parse_help_flags(proc.stdout + proc.stderr)
+    if DISTRIBUTED_TOPIC in proc.stdout:
+        # b030961 lists --role/--layers/--listen/--coordinator only on its `--help distributed` page
+        topic = subprocess.run([str(server), "--help", "distributed"], capture_output=True, text=True, timeout=60,
+                               env=env)
+        if topic.returncode == 0:
+            flags |= parse_help_flags(topic.stdout)
+    return flags
+
+
+DISTRIBUTED_TOPIC = "--help distributed"
 
 
 def load(layout: Layout, release_id: str) -> Release | None:

@@ -33,10 +33,11 @@ def desired_deployment(ctx: Context) -> Deployment:
     server = ctx.spec.server
     kv_dir = ctx.host_path(server.kv_disk_dir) if server.kv_disk_dir else None
     try:
-        argv = server_argv(ctx.release, server, ctx.models, kv_dir)
+        argv = server_argv(ctx.release, server, ctx.models, kv_dir, ctx.spec.distributed)
     except UnsupportedSettings as exc:
         raise RoleFailed(str(exc)) from None
     env = {LOCK_ENV: str(ctx.layout.engine_lock(server.name)), **ctx.service_env, **server.env}
+    worker = ctx.spec.distributed is not None and ctx.spec.distributed.worker
     hidden = {k: v for k, v in env.items() if k in server.env and secrets.is_secret(k)}
     # `env K=V … ds4-server`: every value is passed through shlex quoting, none through INI key=value parsing;
     # a secret goes through supervisord's environment= instead, sealed (service/secrets.py)
@@ -45,8 +46,9 @@ def desired_deployment(ctx: Context) -> Deployment:
     try:
         conf = render.program_conf(name=server.name, release=ctx.release.id, argv=command,
                                    directory=str(ctx.release.path), log=str(ctx.layout.engine_log(server.name)),
-                                   user=server.user, stop_wait_s=server.stop_wait_s,
-                                   environment=secrets.environment_line(hidden), cache=ctx.renders)
+                                   user=server.user, stop_wait_s=switch.stop_grace(ctx.spec),
+                                   ignores_first_term=worker, environment=secrets.environment_line(hidden),
+                                   cache=ctx.renders)
     except render.UnsafeValue as exc:
         raise RoleFailed(f"cannot render the program config: {exc}") from None
     files = [str(p) for p in (getattr(ctx.models, slot) for slot in SLOTS) if p]

@@ -38,6 +38,13 @@ def _answers(endpoint: str) -> bool:
         return False
 
 
+def stop_grace(spec) -> int:
+    """How long a stop waits before SIGKILL: server.stop_wait_s, or a distributed worker's short stop_grace_s
+    (it holds no HTTP requests and writes no KV checkpoint; its second SIGTERM ends it at once)."""
+    d = spec.distributed
+    return int(d.stop_grace_s) if d is not None and d.worker else spec.server.stop_wait_s
+
+
 def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -> None:
     """Stop what runs (whole process group) once it is idle, then start `deployment` exactly as recorded.
 
@@ -47,7 +54,7 @@ def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -
     given server.stop_wait_s; one that does not (the unproven engine of a revert, a hung one) gets
     UNPROVEN_STOP_GRACE_S before SIGKILL."""
     name, step = ctx.spec.server.name, "" if reason == "switch" else f"{reason}-"
-    grace = ctx.spec.server.stop_wait_s
+    grace = stop_grace(ctx.spec)
     pid = ctx.supervisor.running_pid(name)
     running = ctx.state.current.endpoint if ctx.state.current else ctx.endpoint
     if pid and reason != "revert" and _answers(running):  # the engine cuts a generation on SIGTERM: wait until idle

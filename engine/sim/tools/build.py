@@ -16,7 +16,8 @@ import sys
 import zipapp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODULES = ["ds4_common.py", "ds4_gen.py", "ds4_speed.py", "ds4_server.py", "ds4_cli.py", "ds4_bench.py"]
+MODULES = ["ds4_common.py", "ds4_gen.py", "ds4_speed.py", "ds4_server.py", "ds4_cli.py", "ds4_bench.py",
+           "ds4_distributed.py"]
 PROGRAMS = {"ds4-server": "ds4_server", "ds4": "ds4_cli", "ds4-bench": "ds4_bench"}
 C_UNITS = ["ds4.c", "ds4_kvstore.c", "ds4_server.c", "ds4_cli.c", "ds4_bench.c"]
 
