@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ds4_converge.cli.command import FAILED, INVALID, OK, CliError, Command
+from ds4_converge.cli.values import number
 from ds4_converge.units import gib
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 
 def _port_argument(parser) -> None:
-    parser.add_argument("--port", type=int, default=8000,
+    parser.add_argument("--port", type=number(int, 1, 65535), default=8000,
                         help="the port the engine is meant to serve on: who holds it now (default 8000)")
 
 

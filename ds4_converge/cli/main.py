@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     """The `ds4-converge` script: one command, in this process (a plain converge answered from its no-op receipt
     when that still holds)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    import os
+
+    os.umask(os.umask(0o022) | 0o022)  # nothing we make under paths.root is writable by others (core/root_trust.py)
     try:
         interrupts.install()
         return _main(argv)
@@ -48,6 +51,7 @@ def _main(argv: list[str]) -> int:
         if not argv:
             sys.stderr.write(f"usage: {USAGE}\n\nCommands: {', '.join(commands)}.  More: ds4-converge help\n")
             return INVALID
+        parser.json_mode = json_mode
         args = parser.parse_args(normalise(argv, commands))
         command = commands[args.command]
         from ds4_converge.cli.session import Session
@@ -234,7 +238,12 @@ def build_parser(commands: dict, width: int | None = None):
                         "one JSON document whatever happens."))
     class Version(argparse.Action):  # importlib.metadata only when asked: start-up time
         def __call__(self, parser, namespace, values, option_string=None):
-            sys.stdout.write(f"ds4-converge {_version()}\n")
+            if getattr(parser, "json_mode", False):  # --version --json: one document, as --json promises
+                from ds4_converge.cli import report
+
+                report.print_json(report.document("version", ok=True, exit_code=OK, version=_version()))
+            else:
+                sys.stdout.write(f"ds4-converge {_version()}\n")
             parser.exit()
 
     parser.add_argument("--version", action=Version, nargs=0, help="print the version of ds4-converge and exit")

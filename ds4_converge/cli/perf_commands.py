@@ -3,6 +3,7 @@ from __future__ import annotations
 
 
 from ds4_converge.cli.command import FAILED, INVALID, OK, CliError, Command
+from ds4_converge.cli.values import number, number_list
 
 BENCH_EXITS = """exit codes:
     0  measured
@@ -15,24 +16,20 @@ TUNE_EXITS = """exit codes:
     3  another run holds the lock of this root"""
 
 
-def _int_list(text: str) -> tuple[int, ...]:
-    return tuple(int(v) for v in text.split(","))
-
-
-def _sizes(text: str) -> tuple:
-    return tuple(v if v == "ctx" else int(v) for v in text.split(","))
+_int_list = number_list(int, 1, 100)  # server.power values, bounded as the spec bounds them
+_sizes = number_list(int, 1, 1 << 24, words=("ctx",))
 
 
 def _common_arguments(parser) -> None:
-    parser.add_argument("--reps", type=int, default=3, help="rounds per case (median and spread over them)")
-    parser.add_argument("--gen-tokens", type=int, default=128, help="tokens per answer")
+    parser.add_argument("--reps", type=number(int, 1, 1000), default=3, help="rounds per case (median and spread over them)")
+    parser.add_argument("--gen-tokens", type=number(int, 1, 1 << 24), default=128, help="tokens per answer")
 
 
 def _bench_arguments(parser) -> None:
     _common_arguments(parser)
     parser.add_argument("--prompt-tokens", type=_sizes, default=(512, 5500, "ctx"), metavar="N,N,ctx",
                         help="prompt lengths; 'ctx': one near the context size (default 512,5500,ctx)")
-    parser.add_argument("--concurrency", type=int, default=4, metavar="N",
+    parser.add_argument("--concurrency", type=number(int, 1, 256), default=4, metavar="N",
                         help="also run the shortest prompt with N clients at once (1: not)")
     parser.add_argument("--plot", metavar="FILE", help="draw the results (.png or .svg; needs the plot extra)")
 

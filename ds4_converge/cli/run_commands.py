@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from ds4_converge.cli.command import FAILED, INVALID, NEVER_CONVERGED, OK, CliError, Command
+from ds4_converge.cli.values import number
 
 RUN_EXITS = """exit codes:
     0  converged (with --check: planned)
@@ -28,7 +29,8 @@ def _converge_arguments(parser) -> None:
                              "still holds (without it, a converged box is confirmed from that receipt: every "
                              "file, process and the endpoint it relied on are checked, host facts are trusted "
                              "for 15 minutes)")
-    parser.add_argument("--progress-interval", type=float, default=10.0, metavar="SECONDS",
+    parser.add_argument("--progress-interval", type=number(float, 0.5, 3600, also=(0,), what=": never"), default=10.0,
+                        metavar="SECONDS",
                         help="without a terminal (journald, Ansible, a pipe): during a long wait, print a "
                              "line with the elapsed time and the log's last line every SECONDS (default 10; "
                              "0: never)")

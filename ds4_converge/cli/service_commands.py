@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from ds4_converge.cli.command import FAILED, NEVER_CONVERGED, OK, CliError, Command
+from ds4_converge.cli.values import number
 
 STATUS_EXITS = """exit codes:
     0  healthy: the engine runs and /v1/models lists the model
@@ -24,7 +25,9 @@ def status(args, session) -> int:
     never = state.current is None and not state.good and serving["pid"] is None
     part = ctx.spec.distributed
     healthy, error = False, None
-    if never:
+    if serving["state"] == "unknown" and session.serving_unknown:
+        never, code, error = False, FAILED, f"cannot tell what runs: {session.serving_unknown}"
+    elif never:
         code, error = NEVER_CONVERGED, f"never converged under {ctx.layout.root}"
     elif serving["release"] is None:
         code, error = FAILED, ("nothing runs" if serving["state"] in ("not running", "STOPPED")
@@ -89,7 +92,7 @@ def _distributed_status(ctx, part, *, running: bool) -> dict:
 def _logs_arguments(parser) -> None:
     parser.add_argument("-f", "--follow", action="store_true",
                         help="keep printing the engine's log as it grows (Ctrl-C ends); not with --json")
-    parser.add_argument("-n", "--lines", type=int, default=50, metavar="N",
+    parser.add_argument("-n", "--lines", type=number(int, 0, 1_000_000), default=50, metavar="N",
                         help="how many of the last lines of each log to show (default 50)")
 
 

@@ -7,7 +7,7 @@ import os
 import sys
 from datetime import datetime, timezone
 
-from ds4_converge.cli.command import INVALID, LOCKED, CliError
+from ds4_converge.cli.command import FAILED, INVALID, LOCKED, CliError
 
 LAST_RUN = "last-run.json"  # under ROOT/logs: the report of the last converge or rollback
 
@@ -20,6 +20,7 @@ class Session:
         self.loaded = None  # LoadedSpec, once read
         self.ctx = None  # Context, once made
         self.document = None  # the report of a converge or rollback, once made
+        self.serving_unknown = None  # why serving() could not ask supervisord, once it could not
         self._out = self._err = None
 
     # ------------------------------------------------------------------ printing
@@ -101,7 +102,7 @@ class Session:
     def lock(self, *, read_only: bool = False):
         from ds4_converge.core.lock import RunLock
 
-        return _Lock(RunLock(self.ctx.layout.lock_file, read_only=read_only))
+        return _Lock(RunLock(self.ctx.layout.lock_file, read_only=read_only), self.ctx.layout)
 
     # ------------------------------------------------------------------ what serves now
 
@@ -118,7 +119,8 @@ class Session:
         try:
             supervisor = ctx.supervisor
             info = supervisor.info(ctx.spec.server.name) if supervisor.is_running() else None
-        except Exception:  # noqa: BLE001 - supervisord half-up, unreadable socket: "unknown" is the answer
+        except Exception as exc:  # noqa: BLE001 - supervisord half-up, unreadable socket: "unknown" is the answer
+            self.serving_unknown = str(exc) or type(exc).__name__
             return {**found, "state": "unknown"}
         if info is None:
             return found
@@ -148,25 +150,74 @@ class Session:
 
 
 class _Lock:
-    """RunLock whose `LockHeld` is a CliError (exit 3) naming the holder."""
+    """RunLock whose `LockHeld` is a CliError (exit 3) naming the holder. It first makes sure the root can be
+    trusted (core/root_trust.py): no link, no folder another user owns or can write, before its first write."""
 
-    def __init__(self, lock):
-        self.lock = lock
+    def __init__(self, lock, layout):
+        self.lock, self.layout = lock, layout
 
     def acquire(self):
+        from ds4_converge.core import root_trust
         from ds4_converge.core.lock import LockHeld
 
         try:
-            return self.lock.acquire()
+            root_trust.check(self.layout)
+        except root_trust.UntrustedRoot as exc:
+            raise CliError(FAILED, "failed", f"preflight: {exc}") from None
+        try:
+            return self._acquire_after_the_guard()
         except LockHeld as exc:
             holder = exc.holder.strip()
             raise CliError(LOCKED, "locked", str(exc), holder_pid=int(holder) if holder.isdigit() else None) from None
+        except OSError as exc:  # a link (ELOOP: opened without following), a FIFO, a read-only root …
+            raise CliError(FAILED, "failed", f"cannot open the run lock {self.lock.path}: {exc.strerror}") from None
+
+    def _acquire_after_the_guard(self):
+        """The switch guard holds the lock only while it puts last good back after a run died mid-switch (a re-run
+        right after a SIGKILL): wait for it, bounded and saying why, instead of failing as if another run held it."""
+        import time
+
+        from ds4_converge.core.lock import LockHeld
+
+        deadline, said = time.monotonic() + GUARD_WAIT_S, False
+        while True:
+            try:
+                return self.lock.acquire()
+            except LockHeld as exc:
+                guard = _guard_pid(exc.holder)
+                if guard is None or time.monotonic() > deadline:
+                    if guard is not None:
+                        raise LockHeld(exc.path, f"{guard}, the switch guard, still restoring last good after "
+                                                 f"{GUARD_WAIT_S}s; see ROOT/logs/switch-guard.log") from None
+                    raise
+                if not said:
+                    sys.stderr.write(f"ds4-converge: waiting (up to {GUARD_WAIT_S}s) for the switch guard "
+                                     f"(pid {guard}): it is putting last good back after a run died during a "
+                                     f"switch\n")
+                    sys.stderr.flush()
+                    said = True
+                time.sleep(0.2)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.lock.__exit__(*exc)
+
+
+GUARD_WAIT_S = 90  # the guard's restore: a short stop (SIGKILL after 5 s), supervisord's reload, a start
+
+
+def _guard_pid(holder: str) -> int | None:
+    """The PID of the lock's holder when it is a switch guard (service/guard.py, run by supervisord)."""
+    for pid in holder.replace(",", " ").split():
+        try:
+            argv = open(f"/proc/{int(pid)}/cmdline", "rb").read().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if b"ds4_converge.service.guard" in argv:
+            return int(pid)
+    return None
 
 
 def write_last_run(logs, document: dict) -> None:

@@ -1,6 +1,7 @@
 """Where everything lives under paths.root."""
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,18 +94,31 @@ class Layout:
 
     def ensure(self) -> None:
         for d in (self.root, self.releases, self.cache, self.logs, self.supervisor, self.program_dir, self.locks):
-            d.mkdir(parents=True, exist_ok=True)
-        self.run.mkdir(parents=True, exist_ok=True)
+            d.mkdir(mode=0o755, parents=True, exist_ok=True)
+        self.run.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.run, 0o700)
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write a temp file beside the target and rename it over: readers never see half a file."""
+    """Write a temp file beside the target and rename it over: readers never see half a file. The temp file is
+    made new (never opened through a link left in its place) with its final mode, so a secret is never readable
+    by others, not even for a moment; the rename replaces a link at `path` rather than writing through it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(tmp, flags, mode)
+    except FileExistsError:  # left by a run of the same PID that was killed
+        os.unlink(tmp)
+        fd = os.open(tmp, flags, mode)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            os.fchmod(handle.fileno(), mode)  # the umask may have taken bits a reader needs
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

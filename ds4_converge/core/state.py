@@ -1,8 +1,10 @@
 """What runs now and what last passed the whole probe ("last good"), persisted under root."""
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,6 +32,8 @@ class Deployment:
 
 
 HISTORY = 5
+# state.json holds a few program files' text: far below this. A larger file is damaged (or not ours).
+MAX_STATE_BYTES = 1 << 20
 
 
 def _deployment(data) -> Deployment:
@@ -48,6 +52,28 @@ def _deployment(data) -> Deployment:
 
 class StateUnreadable(Exception):
     pass
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The bytes of a regular file of at most MAX_STATE_BYTES, opened without following a link or blocking."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError("a symbolic link, never followed") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_size > MAX_STATE_BYTES:
+            raise ValueError(f"{st.st_size} bytes, more than the {MAX_STATE_BYTES} a state file may hold")
+        data = os.read(fd, MAX_STATE_BYTES + 1)
+        if len(data) > MAX_STATE_BYTES:
+            raise ValueError(f"more than the {MAX_STATE_BYTES} bytes a state file may hold")
+        return data
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -74,20 +100,21 @@ class State:
 
     @classmethod
     def load(cls, path: Path) -> State:
-        """The recorded state; raises StateUnreadable for a torn, corrupt or unreadable file."""
-        if not path.exists():
+        """The recorded state; raises StateUnreadable for a torn, corrupt or unreadable file, and for anything
+        that is not a small regular file (a link, a FIFO, a device, a folder): read with bounds, never blocking."""
+        if not os.path.lexists(path):
             return cls()
         try:
-            data = json.loads(path.read_bytes())
+            data = json.loads(_read_bounded(path))
             if not isinstance(data, dict) or not isinstance(data.get("good", []), list):
                 raise ValueError("not a state document")
             current = _deployment(data["current"]) if data.get("current") else None
             return cls(current=current, good=[_deployment(d) for d in data.get("good", [])])
-        except (OSError, ValueError, TypeError) as exc:  # UnicodeDecodeError and JSONDecodeError included
+        except (OSError, ValueError, TypeError, RecursionError) as exc:  # UnicodeDecodeError, JSONDecodeError …
             raise StateUnreadable(f"{path} cannot be read ({type(exc).__name__}: {str(exc)[:200]})") from None
 
     def save(self, path: Path) -> None:
-        if self.damaged and path.exists():
+        if self.damaged and os.path.lexists(path):
             stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
             os.replace(path, path.with_name(f"{path.name}.damaged-{stamp}"))  # kept for whoever investigates
         self.damaged = None

@@ -8,12 +8,12 @@ only "run engine.prepare", applied after the run lock, and the role is planned a
 from __future__ import annotations
 
 import os
-import subprocess
 from functools import partial
 
 from ds4_converge.core.context import Context
 from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
+from ds4_converge.core.shell import CommandFailed, run
 from ds4_converge.engine import release as releases
 from ds4_converge.engine.git import SHA, EngineRepo, RepoError
 from ds4_converge.engine.installer import InstallerError, read_pin
@@ -117,12 +117,18 @@ def _memory_findings(ctx: Context, release: releases.Release) -> list[Finding]:
 
 
 def _prepare(ctx: Context) -> str:
+    """Bounded (engine.prepare_timeout_s, its whole process group killed); whatever bytes it prints are read as
+    text with replacement, never decoded strictly."""
+    engine = ctx.spec.engine
     try:
-        proc = subprocess.run(ctx.spec.engine.prepare, cwd=ctx.loaded.base_dir, capture_output=True, text=True)
-    except OSError as exc:
-        raise RoleFailed(f"cannot run engine.prepare: {exc}") from None
-    if proc.returncode:
-        raise RoleFailed(f"engine.prepare exited {proc.returncode}", proc.stderr[-2000:])
+        run(engine.prepare, cwd=ctx.loaded.base_dir, timeout=engine.prepare_timeout_s)
+    except CommandFailed as exc:
+        if exc.timed_out is not None:
+            raise RoleFailed(f"engine.prepare timed out after {engine.prepare_timeout_s}s (engine.prepare_timeout_s)"
+                             f"; its processes were killed", exc.tail[-2000:]) from None
+        if exc.returncode is None:
+            raise RoleFailed(f"cannot run engine.prepare: {exc.tail}") from None
+        raise RoleFailed(f"engine.prepare exited {exc.returncode}", exc.tail[-2000:]) from None
     ctx.prepared = True
     return "engine source refreshed (engine.prepare)"
 

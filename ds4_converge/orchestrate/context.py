@@ -15,6 +15,10 @@ def make_context(loaded: LoadedSpec, *, user_may_be_gone: bool = False, **kwargs
     layout = root_layout(loaded, user_may_be_gone=user_may_be_gone, account=kwargs.get("account"))
     try:
         state = State.load(layout.state_file)
+        if state.current is None and not state.good and layout.program_conf(loaded.spec.server.name).is_file():
+            # `{}` or the like: readable, but it records nothing while a program file says what runs
+            raise StateUnreadable(f"{layout.state_file} records no deployment, but "
+                                  f"{layout.program_conf(loaded.spec.server.name)} exists")
     except StateUnreadable as exc:
         from ds4_converge.orchestrate.recovery import rebuilt_state  # only for a damaged state.json
 

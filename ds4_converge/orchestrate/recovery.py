@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ds4_converge.core.layout import Layout
 from ds4_converge.core.state import Deployment, State
+from ds4_converge.service import secrets
 from ds4_converge.service.render import read_program_conf
 from ds4_converge.service.supervisor import Supervisor, SupervisorError
 
@@ -13,8 +14,8 @@ def rebuilt_state(layout: Layout, name: str, damaged: str) -> State:
     state = State(damaged=damaged)
     note = "no program file: nothing to rebuild from"
     try:
-        text = layout.program_conf(name).read_text()
-    except OSError:
+        text = secrets.seal(layout.program_conf(name).read_text(), layout)  # our records keep no secret
+    except (OSError, ValueError):
         text = None
     release, argv, models = read_program_conf(text) if text else (None, [], [])
     if release and argv:

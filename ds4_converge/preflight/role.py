@@ -5,6 +5,7 @@ finding stops the run before a single change. It never plans a change itself.
 """
 from __future__ import annotations
 
+from ds4_converge.core import root_trust
 from ds4_converge.core.context import Context
 from ds4_converge.core.plan import Finding, RolePlan
 from ds4_converge.health.warmup import missing as missing_warmup
@@ -39,8 +40,12 @@ def plan(ctx: Context) -> RolePlan:
         ours = holders & set(host.supervised_pids)
     else:
         ours = ctx.supervisor.owns(holders) if holders else set()
+    untrusted = root_trust.problems(ctx.layout)
+    if root_trust.read_only(ctx.layout):
+        disk = [need for need in disk if need.path != host.root]  # its free space is beside the point
     findings = rules.all_findings(spec, host, expand=ctx.host_path, our_pids=ours,
                                   cuda_home=str(cuda_home) if cuda_home else None, disk=disk)
+    findings += [Finding("error", problem) for problem in untrusted]
     findings += [Finding("error", problem) for problem in
                  missing_warmup([path for field, path in paths.items() if field.startswith("health.warmup[")])]
     errors = sum(f.level == "error" for f in findings)

@@ -26,7 +26,7 @@ from pathlib import Path
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.lock import LockHeld, RunLock
 from ds4_converge.core.state import Deployment, State, StateUnreadable
-from ds4_converge.service import processes
+from ds4_converge.service import processes, secrets
 from ds4_converge.service.supervisor import Supervisor
 
 POLL_S = 0.25
@@ -85,7 +85,7 @@ def restore(layout: Layout, intent: dict) -> str:
     supervisor = Supervisor(layout)
     if not supervisor.is_running():
         if target is not None:  # supervisord starts what the program file says: make it say last good
-            write_atomic(layout.program_conf(name), target.program_conf)
+            secrets.write_program(layout, layout.program_conf(name), target.program_conf)
         return f"supervisord is not running; {layout.program_conf(name)} names last good for its next start"
     if target is None:
         supervisor.stop(name, grace=grace)
@@ -95,8 +95,8 @@ def restore(layout: Layout, intent: dict) -> str:
         return "no last good release (a first install): the unproven engine is stopped"
     info = supervisor.info(name)
     try:
-        on_disk = layout.program_conf(name).read_text()
-    except OSError:
+        on_disk = secrets.seal(layout.program_conf(name).read_text(), layout)
+    except (OSError, ValueError):
         on_disk = None
     if on_disk == target.program_conf and info and info["statename"] in ("RUNNING", "STARTING"):
         return f"last good {target.release} runs already"
@@ -104,7 +104,7 @@ def restore(layout: Layout, intent: dict) -> str:
     if state is not None:
         state.current = target
         state.save(layout.state_file)
-    write_atomic(layout.program_conf(name), target.program_conf)
+    secrets.write_program(layout, layout.program_conf(name), target.program_conf)
     supervisor.load(name)
     return f"restored last good {target.release}"
 

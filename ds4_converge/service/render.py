@@ -128,11 +128,14 @@ def supervisord_conf(layout: Layout, *, nodaemon: bool = False, cache: RenderCac
 
 
 def program_conf(*, name: str, release: str, argv: list[str], directory: str, log: str, user: str | None,
-                 stop_wait_s: int, ignores_first_term: bool = False, cache: RenderCache | None = None) -> str:
-    """ignores_first_term: a ds4 distributed worker; the supervisor sends it a SIGTERM before its stop."""
+                 stop_wait_s: int, ignores_first_term: bool = False, environment: str = "",
+                 cache: RenderCache | None = None) -> str:
+    """ignores_first_term: a ds4 distributed worker; the supervisor sends it a SIGTERM before its stop.
+    `environment`: supervisord's environment= value, already quoted (sealed secrets, service/secrets.py)."""
     return _via(cache, "program.conf.j2", dict(
         name=name, release=release, command=command_line(argv), directory=directory, log=log, user=user,
-        stop_wait_s=stop_wait_s, ignores_first_term=IGNORES_FIRST_TERM if ignores_first_term else ""))
+        stop_wait_s=stop_wait_s, ignores_first_term=IGNORES_FIRST_TERM if ignores_first_term else "",
+        environment=Quoted(environment)))
 
 
 def systemd_unit(*, name: str, command: str, stop_wait_s: int, cache: RenderCache | None = None) -> str:

@@ -21,7 +21,7 @@ from ds4_converge.service import start_log
 from ds4_converge.core.state import Deployment
 from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
 from ds4_converge.models.placement import SLOTS
-from ds4_converge.service import guard, render, switch, systemd
+from ds4_converge.service import guard, render, secrets, switch, systemd
 from ds4_converge.service.supervisor import supervisord_argv
 
 NAME = "service"
@@ -38,13 +38,16 @@ def desired_deployment(ctx: Context) -> Deployment:
         raise RoleFailed(str(exc)) from None
     env = {LOCK_ENV: str(ctx.layout.engine_lock(server.name)), **ctx.service_env, **server.env}
     worker = ctx.spec.distributed is not None and ctx.spec.distributed.worker
-    # `env K=V … ds4-server`: every value is passed through shlex quoting, none through INI key=value parsing
-    command = [shutil.which("env") or "/usr/bin/env", *(f"{k}={v}" for k, v in sorted(env.items())), *argv]
+    hidden = {k: v for k, v in env.items() if k in server.env and secrets.is_secret(k)}
+    # `env K=V … ds4-server`: every value is passed through shlex quoting, none through INI key=value parsing;
+    # a secret goes through supervisord's environment= instead, sealed (service/secrets.py)
+    command = [shutil.which("env") or "/usr/bin/env",
+               *(f"{k}={v}" for k, v in sorted(env.items()) if k not in hidden), *argv]
     try:
         conf = render.program_conf(name=server.name, release=ctx.release.id, argv=command,
                                    directory=str(ctx.release.path), log=str(ctx.layout.engine_log(server.name)),
                                    user=server.user, stop_wait_s=switch.stop_grace(ctx.spec),
-                                   ignores_first_term=worker,
+                                   ignores_first_term=worker, environment=secrets.environment_line(hidden),
                                    cache=ctx.renders)
     except render.UnsafeValue as exc:
         raise RoleFailed(f"cannot render the program config: {exc}") from None
@@ -96,7 +99,7 @@ def plan(ctx: Context) -> RolePlan:
     info = supervisor.info(name) if running else None
     # STARTING, or RUNNING but still loading: supervisord is (re)starting it; the probe waits for it
     pid = info["pid"] if info and info["statename"] in ("RUNNING", "STARTING") else None
-    current_conf = _read(layout.program_conf(name))
+    current_conf = secrets.seal(_read(layout.program_conf(name)), layout)
     # stale programs go before the switch: they would run beside ours
     changes += [Change(f"remove program {p.stem} (renamed to {name})", before=_read(p), restarts=True,
                        action=partial(_remove_program, path=p, running=running)) for p in stale_programs(ctx)]
@@ -232,12 +235,12 @@ def _cold_start(ctx: Context, *, deployment: Deployment, unit: Path | None) -> s
     prepare_engine_lock(ctx)
     ctx.switched = True  # nothing of ours runs now; from here a failure reverts to last good
     # supervisord starts the guard (autostart) with the engine: it watches this intent from then on
-    guard.arm(ctx.layout, None, name=name, grace=switch.stop_grace(ctx.spec), fallback=ctx.state.last_good)
+    guard.arm(ctx.layout, None, name=name, grace=switch.UNPROVEN_STOP_GRACE_S, fallback=ctx.state.last_good)
     crash_point("intent")
     deployment = deployment.stamped()
     ctx.state.current = deployment
     ctx.state.save(ctx.layout.state_file)
-    write_atomic(ctx.layout.program_conf(name), deployment.program_conf)
+    switch.write_program(ctx, deployment)
     crash_point("program-written")
     ctx.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
     _start_supervisord(ctx, unit=unit)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import xmlrpc.client
+from xml.parsers.expat import ExpatError
 from pathlib import Path
 
 from supervisor.states import ProcessStates
@@ -26,6 +27,17 @@ NOT_RUNNING_STATES = {"STOPPED", "EXITED", "FATAL"}
 
 class SupervisorError(Ds4Error):
     pass
+
+
+class SupervisorGone(SupervisorError):
+    """Nothing listens on the socket: no socket file, or the stale one of a supervisord that is gone."""
+
+
+# Every call to supervisord is bounded: a stopped (SIGSTOP) or hung supervisord, or a foreign listener on the
+# socket, ends in a SupervisorError that says so instead of a wait without end. supervisord answers any call we
+# make in milliseconds; stopping is polled by us (stop()), never waited for inside one call.
+CONNECT_TIMEOUT_S = 5
+CALL_TIMEOUT_S = 10
 
 
 def this_python() -> str:
@@ -74,15 +86,16 @@ class _UnixConnection(http.client.HTTPConnection):
 
     def connect(self) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
+        self.sock.settimeout(min(self.timeout, CONNECT_TIMEOUT_S))  # a listener whose backlog is full
         self.sock.connect(self._path)
+        self.sock.settimeout(self.timeout)
 
 
 class _UnixTransport(xmlrpc.client.Transport):
     """XML-RPC over supervisord's unix socket: what supervisor.xmlrpc.SupervisorTransport does for us, from the
     standard library alone, so every run does not pay for importing supervisor's HTTP server modules."""
 
-    def __init__(self, path: Path, timeout: float = 300):
+    def __init__(self, path: Path, timeout: float = CALL_TIMEOUT_S):
         super().__init__()
         self._path, self._timeout = str(path), timeout
 
@@ -90,12 +103,42 @@ class _UnixTransport(xmlrpc.client.Transport):
         return _UnixConnection(self._path, self._timeout)
 
 
+class _BoundedRpc:
+    """supervisord's `supervisor.*` methods, each call bounded and its failure a SupervisorError naming the socket
+    and the method (a Fault, supervisord's own answer, is passed on for the caller to read)."""
+
+    def __init__(self, path: Path, timeout: float = CALL_TIMEOUT_S):
+        self._path, self._timeout = path, timeout
+        self._proxy = xmlrpc.client.ServerProxy("http://localhost", transport=_UnixTransport(path, timeout)).supervisor
+
+    def __getattr__(self, method: str):
+        remote = getattr(self._proxy, method)
+
+        def call(*args):
+            try:
+                return remote(*args)
+            except xmlrpc.client.Fault:
+                raise
+            except (ConnectionRefusedError, FileNotFoundError) as exc:
+                raise SupervisorGone(f"supervisord is not running on {self._path} ({exc.strerror})") from None
+            except TimeoutError:
+                raise SupervisorError(
+                    f"supervisord on {self._path} did not answer {method} within {self._timeout:.0f}s: it is "
+                    f"stopped or hung, or something else listens on its socket (see {self._path.parent}/"
+                    f"supervisord.pid)") from None
+            except (OSError, ValueError, ExpatError, xmlrpc.client.Error, http.client.HTTPException) as exc:
+                raise SupervisorError(f"supervisord on {self._path} does not answer {method}: "
+                                      f"{type(exc).__name__}: {str(exc)[:200]}") from None
+
+        return call
+
+
 class Supervisor:
     def __init__(self, layout: Layout):
         self.layout = layout
 
-    def _rpc(self):
-        return xmlrpc.client.ServerProxy("http://localhost", transport=_UnixTransport(self.layout.socket)).supervisor
+    def _rpc(self) -> _BoundedRpc:
+        return _BoundedRpc(self.layout.socket)
 
     def is_running(self, settle: float = 30) -> bool:
         """True when supervisord answers. False only when nothing listens on its socket (no socket, or a stale
@@ -106,11 +149,14 @@ class Supervisor:
             if not self.layout.socket.exists():
                 return False
             try:
-                statename = self._rpc().getState()["statename"]
-            except (ConnectionRefusedError, FileNotFoundError):
+                state = self._rpc().getState()
+            except SupervisorGone:
                 return False  # nothing listens: the socket file of a supervisord that is gone
-            except (OSError, xmlrpc.client.Error) as exc:
-                raise SupervisorError(f"supervisord on {self.layout.socket} does not answer: {exc}") from None
+            except xmlrpc.client.Fault as fault:
+                raise SupervisorError(f"{self.layout.socket} answers, but not as supervisord: {fault}") from None
+            statename = state.get("statename") if isinstance(state, dict) else None
+            if statename is None:
+                raise SupervisorError(f"{self.layout.socket} answers, but not as supervisord: {str(state)[:80]}")
             if statename == "RUNNING":
                 return True
             if statename not in ("RESTARTING", "SHUTDOWN") or time.monotonic() > deadline:
@@ -164,7 +210,7 @@ class Supervisor:
             return []
         try:
             return self._rpc().getAllProcessInfo()
-        except (OSError, xmlrpc.client.Error) as exc:
+        except (SupervisorError, xmlrpc.client.Fault) as exc:
             raise SupervisorError(f"cannot list supervisord's programs: {exc}") from None
 
     def owns(self, pids) -> set[int]:
@@ -178,7 +224,8 @@ class Supervisor:
         return info["pid"] if info and info["statename"] == "RUNNING" and info["pid"] else None
 
     def stop(self, name: str, grace: float) -> None:
-        """SIGTERM through supervisord, then wait until the whole process group is gone (GPU memory with it).
+        """SIGTERM through supervisord, then wait until the whole process group is gone (GPU memory with it):
+        SIGKILL after `grace`. The wait is ours, not inside one call, so every call to supervisord stays short.
 
         A ds4 distributed worker only notes the first SIGTERM (its loop never reads the flag) and exits 130 on
         the second: its program file says so (IGNORES_FIRST_TERM), and it gets one SIGTERM here first."""
@@ -191,12 +238,25 @@ class Supervisor:
                 self._rpc().signalProcess(name, "TERM")
                 time.sleep(0.05)  # its handler has run before supervisord's SIGTERM arrives
         try:
-            self._rpc().stopProcess(name, True)
+            self._rpc().stopProcess(name, False)
         except xmlrpc.client.Fault as fault:
             if fault.faultCode != _faults().NOT_RUNNING:
                 raise
         if pgid:
             wait_group_gone(pgid, grace)
+        self._wait_stopped(name)
+
+    def _wait_stopped(self, name: str, timeout: float = 10) -> None:
+        """supervisord notices the exit of what it stopped within its own tick (about a second)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            info = self.info(name)
+            if info is None or info["statename"] != "STOPPING":
+                return
+            if time.monotonic() > deadline:
+                raise SupervisorError(f"supervisord still reports {name} STOPPING {timeout:.0f}s after its "
+                                      f"process group was gone")
+            time.sleep(0.1)
 
     def _ignores_first_term(self, name: str) -> bool:
         try:

@@ -8,15 +8,34 @@ program files: they are this module's business.
 """
 from __future__ import annotations
 
+import http.client
 from dataclasses import dataclass
 
 from ds4_converge.core import interrupts
 from ds4_converge.core.context import Context
 from ds4_converge.core.crashpoints import crash_point
-from ds4_converge.core.layout import write_atomic
+from ds4_converge.core.engine_http import request
 from ds4_converge.core.state import Deployment
-from ds4_converge.service import drain, guard, start_log
+from ds4_converge.service import drain, guard, secrets, start_log
 from ds4_converge.service.render import read_program_conf
+
+def write_program(ctx: Context, deployment: Deployment) -> None:
+    """The program file with its secrets, 0600; their values kept for last good and rollback's target too."""
+    keep = {d.program_conf for d in (ctx.state.last_good, ctx.state.previous_good) if d}
+    secrets.write_program(ctx.layout, ctx.layout.program_conf(ctx.spec.server.name), deployment.program_conf, keep)
+
+
+# An engine that never passed the probe serves nobody: nothing to drain, no generation to cut, no KV checkpoint
+# worth waiting server.stop_wait_s for. A short grace, then SIGKILL of its process group, so a revert fits its own
+# deadline whatever the new engine does (a hung load ignores SIGTERM).
+UNPROVEN_STOP_GRACE_S = 5
+
+
+def _answers(endpoint: str) -> bool:
+    try:
+        return request(endpoint, "GET", "/v1/models", timeout=3)[0] == 200
+    except (OSError, http.client.HTTPException):
+        return False
 
 
 def stop_grace(spec) -> int:
@@ -30,19 +49,31 @@ def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -
     """Stop what runs (whole process group) once it is idle, then start `deployment` exactly as recorded.
 
     The intent is recorded and the guard armed first: if this process dies anywhere from here until the switch
-    is settled (:func:`settle`), supervisord's guard brings last good back (see service/guard.py)."""
+    is settled (:func:`settle`), supervisord's guard brings last good back (see service/guard.py). What is
+    stopped is waited for as long as it deserves, and the run says so: an engine that answers is drained and
+    given server.stop_wait_s; one that does not (the unproven engine of a revert, a hung one) gets
+    UNPROVEN_STOP_GRACE_S before SIGKILL."""
     name, step = ctx.spec.server.name, "" if reason == "switch" else f"{reason}-"
-    if ctx.supervisor.running_pid(name):  # the engine cuts a generation on SIGTERM: wait until it is idle
-        running = ctx.state.current.endpoint if ctx.state.current else ctx.endpoint
+    grace = stop_grace(ctx.spec)
+    pid = ctx.supervisor.running_pid(name)
+    running = ctx.state.current.endpoint if ctx.state.current else ctx.endpoint
+    if pid and reason != "revert" and _answers(running):  # the engine cuts a generation on SIGTERM: wait until idle
         ctx.drained = drain.wait_idle(running, ctx.spec.server.drain_s, say=ctx.say)
-    guard.arm(ctx.layout, ctx.supervisor, name=name, grace=stop_grace(ctx.spec),
-              fallback=ctx.state.last_good)
+        ctx.say(f"stopping {name} (pid {pid}): SIGTERM, SIGKILL after {grace}s if it has not exited "
+                f"(server.stop_wait_s)")
+    else:  # nothing runs, or an engine (RUNNING, STARTING, …) that serves nobody
+        grace = UNPROVEN_STOP_GRACE_S
+        info = ctx.supervisor.info(name) if ctx.supervisor.is_running() else None
+        if info and info["pid"]:
+            why = "never passed the probe" if reason == "revert" else f"does not answer on {running}"
+            ctx.say(f"stopping {name} (pid {info['pid']}, {why}): nothing to drain, SIGKILL after {grace}s")
+    guard.arm(ctx.layout, ctx.supervisor, name=name, grace=UNPROVEN_STOP_GRACE_S, fallback=ctx.state.last_good)
     crash_point(f"{step}intent")
-    ctx.supervisor.stop(name, grace=stop_grace(ctx.spec))
+    ctx.supervisor.stop(name, grace=grace)
     crash_point(f"{step}old-stopped")
     ctx.state.current = deployment
     ctx.state.save(ctx.layout.state_file)
-    write_atomic(ctx.layout.program_conf(name), deployment.program_conf)
+    write_program(ctx, deployment)
     crash_point(f"{step}program-written")
     ctx.say(f"starting {name} on release {deployment.release}")
     ctx.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
@@ -63,8 +94,8 @@ def revert(ctx: Context) -> Revert:
     Raises what talking to supervisord raises: the caller reports it with :func:`serving`."""
     name, last_good, failed = ctx.spec.server.name, ctx.state.last_good, ctx.desired
     if last_good is None:
-        if ctx.supervisor.is_running():
-            ctx.supervisor.stop(name, grace=stop_grace(ctx.spec))
+        if ctx.supervisor.is_running():  # the unproven engine of a first install
+            ctx.supervisor.stop(name, grace=UNPROVEN_STOP_GRACE_S)
         ctx.state.current = None
         ctx.state.save(ctx.layout.state_file)
         return Revert(None, "no last good release to revert to (first install): the engine is left stopped")

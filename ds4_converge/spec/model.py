@@ -26,12 +26,19 @@ def _number(value):
     return value
 
 
+def _integer(value):
+    """An integer field takes an integer: `!!float 18000` or `18000.0` is not one (nor is `true`)."""
+    if isinstance(value, float):
+        raise ValueError(f"an integer is expected, not {value!r}")
+    return _number(value)
+
+
 # Any string that ends up in an INI file, an environment or a command line: no control characters, bounded.
 SafeStr = Annotated[str, Field(max_length=values.PATH_MAX, json_schema_extra={"pattern": PRINTABLE}),
                     AfterValidator(values.printable)]
 # A path on the host: also short enough for the file system
-PathStr = Annotated[SafeStr, AfterValidator(values.check_host_path)]
-Int = Annotated[int, BeforeValidator(_number)]
+PathStr = Annotated[SafeStr, AfterValidator(values.not_empty), AfterValidator(values.check_host_path)]
+Int = Annotated[int, BeforeValidator(_integer)]
 Seconds = Annotated[float, BeforeValidator(_number), Field(allow_inf_nan=False)]
 DAY = 86400
 
@@ -60,6 +67,8 @@ class Engine(Strict):
     prepare: list[SafeStr] | None = Field(
         None, description="command (argv) run in the spec's directory before the repo is fetched, "
                           "e.g. to refresh a local mirror on an offline box")
+    prepare_timeout_s: Int = Field(600, ge=1, le=DAY, description="engine.prepare is ended (its whole process "
+                                   "group killed) and the run fails when it runs longer than this")
 
     @model_validator(mode="after")
     def _version_source(self) -> Engine:

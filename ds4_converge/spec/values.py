@@ -103,9 +103,13 @@ def check_repo(value: str) -> str:
             raise ValueError(f"{name}:// is not an allowed git transport{hint}; give {REPO_FORMS}")
         if any(ch.isspace() for ch in value):
             raise ValueError("a git URL cannot contain whitespace")
-        host = value[scheme.end():].split("/", 1)[0].rsplit("@", 1)[-1]
-        if name != "file" and (not host or host.startswith("-")):
+        authority = value[scheme.end():].split("/", 1)[0]
+        user, _, host = authority.rpartition("@")
+        host = re.sub(r":\d*$", "", host) if not host.startswith("[") else host.split("]:", 1)[0].rstrip("]") + "]"
+        if name != "file" and (not host or not HOSTNAME.match(host)):
             raise ValueError(f"{host!r} is not a host name")
+        if user and (user.startswith("-") or (name == "ssh" and not USERNAME.match(user))):
+            raise ValueError(f"{user!r} is not a user name (ssh would read a leading '-' as an option)")
         return value
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*::", value):
         raise ValueError(f"git transport helpers ({value.split('::')[0]}::) are not allowed; give {REPO_FORMS}")

@@ -28,6 +28,8 @@ from ds4_converge.engine.release import Release, Toolkit
 from ds4_converge.engine.server_args import ModelPaths
 from ds4_converge.service import render
 from ds4_converge.service import role as service
+from ds4_converge.service import secrets
+from ds4_converge.core.plan import RoleFailed
 from ds4_converge.spec.loader import LoadedSpec, SpecInvalid, load_spec
 from ds4_converge.spec.model import Spec
 from ds4_converge.spec.values import MANAGED_ENV
@@ -146,7 +148,8 @@ FLAGS = frozenset({"-m", "--model", "--host", "--port", "-c", "--ctx", "-n", "-t
 # a file name as a path field holds it ($ would be expanded on the host: a variable, not a name)
 NAME = SAFE_TEXT.filter(lambda s: s and s.strip() == s and not set(s) & set("/*?$") and s not in (".", "..")
                         and len(s.encode()) < 200)
-ENV_KEYS = st.from_regex(r"[A-Z_][A-Z0-9_]{0,12}", fullmatch=True).filter(lambda k: k not in MANAGED_ENV)
+ENV_KEYS = st.one_of(st.from_regex(r"[A-Z_][A-Z0-9_]{0,12}", fullmatch=True).filter(lambda k: k not in MANAGED_ENV),
+                     st.sampled_from(["HF_TOKEN", "OPENAI_API_KEY", "DB_PASSWORD"]))  # secrets: environment=
 EXTRA = st.one_of(st.sampled_from(["--cors", "--quality", "--trace", "--tool-memory-max-ids"]),
                   SAFE_TEXT.filter(lambda s: not s.startswith("-")))
 IPV4 = st.tuples(*[st.integers(0, 255)] * 4).map(lambda t: ".".join(map(str, t)))
@@ -182,13 +185,20 @@ def test_values_reach_supervisor_exactly_as_the_spec_says(env, extra, host, port
     context.release = Release(id="r1", path=WORK / "releases" / "r1", commit="0" * 40, ref="v1", target="cpu",
                               cuda_arch=None, toolkit=Toolkit(), flags=FLAGS)
     context.models = ModelPaths(main=Path(f"/srv/gguf/{model}"))
-    desired = service.desired_deployment(context)
-    _, program = _read_back(WORK / "root", desired.program_conf)
+    try:
+        desired = service.desired_deployment(context)
+    except RoleFailed as exc:  # a secret supervisord's environment= cannot carry: refused, by name
+        assert "a secret in server.env" in str(exc) and any(secrets.is_secret(k) for k in env), exc
+        return
+    assert not any(f"{k}={v}" in desired.program_conf or f"{k}={secrets._rendered(v)}" in desired.program_conf
+                   for k, v in env.items() if secrets.is_secret(k) and v), "the record holds a placeholder, not the secret"
+    _, program = _read_back(WORK / "root", secrets.unseal(desired.program_conf, context.layout))
     argv = shlex.split(program.command)  # how supervisor splits command= before it execs it
     assert argv == desired.command
     wrapper, rest = argv[0], argv[1:]
     assert wrapper.endswith("env")
     passed = dict(a.split("=", 1) for a in rest[:rest.index(str(context.release.server))])
+    passed.update(program.environment or {})  # the secrets, through supervisord's environment=
     assert {k: passed[k] for k in env} == env and passed["DS4_LOCK_FILE"].endswith("/locks/ds4.ds4.lock")
     engine_argv = rest[rest.index(str(context.release.server)) + 1:]
     assert engine_argv[:8] == ["-m", f"/srv/gguf/{model}", "--host", host, "--port", str(port), "-c", str(ctx)]
@@ -323,3 +333,21 @@ def test_the_engine_receives_exactly_the_argv_and_environment_of_the_spec(engine
         assert {k: environ.get(k) for k in env} == env
 
     received()
+
+
+@settings(FAST, max_examples=examples(200))
+@given(st.one_of(st.binary(max_size=400), st.text(max_size=300).map(str.encode),
+                 st.recursive(st.one_of(st.none(), st.integers(), st.text(max_size=8)),
+                              lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                      st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+                              max_leaves=20).map(lambda v: json.dumps(v).encode()),
+                 st.integers(1, 50_000).map(lambda depth: b"[" * depth)))
+def test_any_state_file_is_read_or_reported_damaged(data):
+    """Whatever bytes state.json holds, reading it gives a state or StateUnreadable (set aside and rebuilt by the
+    caller): never another exception, never a hang."""
+    from ds4_converge.core.state import State, StateUnreadable
+
+    path = WORK / "state.json"
+    path.write_bytes(data)
+    with contextlib.suppress(StateUnreadable):
+        State.load(path)

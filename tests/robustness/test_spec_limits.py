@@ -273,3 +273,18 @@ def test_many_unknown_keys_give_a_bounded_report(tmp_path, capsys):
     rc, _, err = run_cli(capsys, "validate", str(path))
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 21 and lines[-1] == f"{path}: … and 1980 more problems"
+
+
+@pytest.mark.parametrize("override, field", [
+    ("server.kv_disk_dir=''", "server.kv_disk_dir"),
+    ("model.main={source: /srv/gguf/model.gguf, dest: ''}", "model.main"),
+    ("toolchain.cuda_home=''", "toolchain.cuda_home"),
+    ("toolchain.cuda_link=''", "toolchain.cuda_link"),
+    ("server.port=!!float 18000", "server.port"),
+    ("server.port=18000.0", "server.port"),
+    ("engine.repo=ssh://-oProxyCommand=x@host/x", "engine.repo"),
+    ("engine.repo=ssh://-host/x", "engine.repo"),
+])
+def test_smaller_gaps_are_refused_naming_the_field(tmp_path, override, field):
+    problem = only_problem(write(tmp_path, BASE), [override])
+    assert problem.startswith(f"--set {override}: {field}"), problem

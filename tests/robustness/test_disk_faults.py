@@ -1,0 +1,69 @@
+"""Disk faults under paths.root, on a real tmpfs mounted for the test (as root; skipped where mount is refused):
+a disk that fills during a write leaves the serving release running and says so; a read-only root is named as
+such, not reported as a lack of free space."""
+import contextlib
+import os
+import subprocess
+
+import pytest
+
+from boxes import Box, free_port
+
+from ds4_converge.preflight.rules import BUILD_BYTES
+
+# what preflight asks for a first build, and a little for the release, logs and state: memory only as it is filled
+SIZE = f"{(BUILD_BYTES >> 20) + 64}m"
+
+
+@contextlib.contextmanager
+def tmpfs(path, *options):
+    path.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join([f"size={SIZE}", "mode=0755",
+                                                                                   *options]), "tmpfs",
+                                            str(path)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@pytest.fixture
+def small_box(tmp_path, sim_repo):
+    with tmpfs(tmp_path / "disk") as disk:
+        made = Box(disk / "root", sim_repo, free_port())
+        try:
+            yield made
+        finally:
+            made.stop()
+
+
+def test_a_disk_that_fills_during_the_build_leaves_the_serving_release_running(small_box):
+    box = small_box
+    rc, first = box.converge()
+    assert rc == 0, first["error"]
+    pid = box.status()["pid"]
+    filler = box.root.parent / "filler"  # on the same tmpfs, after preflight passed: someone else fills it
+    box.spec["engine"]["ref"] = "v0.3.0"
+    box.spec["engine"]["prepare"] = ["sh", "-c", f"cat /dev/zero > {filler} 2>/dev/null; true"]
+    box.write()
+    try:
+        proc = box.cli(str(box.spec_path), timeout=180)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 1 and "Traceback" not in out, out
+        assert "No space left on device" in out, out
+        status = box.status()
+        assert status["healthy"] and status["pid"] == pid and status["release"] == first["release"], status
+    finally:
+        filler.unlink(missing_ok=True)
+
+
+def test_a_read_only_root_is_named_as_such(tmp_path, sim_repo):
+    with tmpfs(tmp_path / "disk", "ro") as disk:  # a first converge on a read-only disk (nothing to remount)
+        box = Box(tmp_path / "root", sim_repo, free_port())  # its spec file beside tmp_path/root, writable
+        box.spec["paths"]["root"] = str(disk / "root")
+        box.write()
+        proc = box.cli(str(box.spec_path), timeout=120)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 1 and f"{disk} is on a read-only file system" in out, out
+        assert "not enough disk" not in out and "Traceback" not in out, out
