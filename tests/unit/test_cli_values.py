@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ds4_converge.cli.main import run
+from ds4_converge.cli.main import main as run
 
 SPEC = "/nonexistent/spec.yaml"  # never read: the arguments are refused first
 
