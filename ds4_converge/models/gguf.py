@@ -433,6 +433,13 @@ def _tensor_bytes(ggml_type: int, dims) -> int:
     return -(-(math.prod(dims) % (1 << 64)) // block) * size
 
 
+def judge_files(main: Path, mtp: Path | None = None, dspark: Path | None = None,
+                knowledge: dict | None = None) -> list[str]:
+    """check_model_set() of the files as the engine whose knowledge is given sees them."""
+    return check_model_set(identify(main, knowledge), mtp=identify(mtp, knowledge) if mtp else None,
+                           dspark=identify(dspark, knowledge) if dspark else None)
+
+
 def check_model_set(main: ModelIdentity, mtp: ModelIdentity | None = None,
                     dspark: ModelIdentity | None = None) -> list[str]:
     """Every reason this combination must not be served; empty when it is fine."""

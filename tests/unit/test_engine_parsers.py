@@ -144,7 +144,7 @@ def test_every_topic_page_counts_and_the_version_is_named():
     assert "--tensor-parallel" not in options  # b030961's server refuses it: an option of the ds4 CLI
     assert version.name == "b030961" and "not a known version" in version.why and "topic pages" in version.why
     _, known = server_options(HelpText(TOPIC_HELP, {}), commit="b030961" + "0" * 33, ref="v1")
-    assert known.name == "b030961" and known.why == "commit b030961000 is upstream b030961"
+    assert known.name == "b030961" and known.why == "commit b03096100000 is upstream b030961"
     _, fork = server_options(HelpText(HELP, {}), commit="f" * 40, ref="v0.5.6")
     assert fork.name == "fork" and "--no-update-check" in fork.why
     _, old = server_options(HelpText("  --mtp FILE\n", {}), commit="f" * 40, ref="8d57664")
