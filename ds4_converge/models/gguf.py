@@ -138,26 +138,33 @@ def main_model_problems(fields: dict[str, Field], rules: dict) -> list[str]:
     Mirrors vocab_load() then config_validate_model() of ds4.c: the tokenizer first, then every key in the
     engine's order, with the types the engine reads (a u32 key of another type reads as missing there).
     """
-    problems = _tokenizer_problems(fields, rules["tokenizer"])
+    tokenizer = _tokenizer_problems(fields, rules["tokenizer"])
+    late = rules["tokenizer"].get("checked") == "after_tensors"
+    problems = [] if late else tokenizer
     model = rules["main_model"]
     if model.get("shape_keys"):
         shape = _shape_problems(fields, model, rules["value_kinds"])
         if shape:
-            return problems + shape
+            return problems + shape + (tokenizer if late else [])
+    unread = [key for key in model.get("read_first", ()) if not _readable(fields.get(key), model["keys"][key],
+                                                                          rules["value_kinds"])]
+    for key in unread:  # read before any value is checked: the engine stops at the first of these
+        problems.append(f"{key}: {_key_problem(fields.get(key), model['keys'][key], rules['value_kinds'], 0)}")
     for key, rule in model["keys"].items():
+        if key in unread:
+            continue
         problem = _key_problem(fields.get(key), rule, rules["value_kinds"], model["layers"])
         if problem:
             problems.append(f"{key}: {problem}")
-    return problems
+    return problems + tokenizer if late else problems
 
 
 def _shape_problems(fields: dict[str, Field], model: dict, value_kinds: dict) -> list[str]:
     """b030961 reads the shape's u32 keys first (a missing one stops it), then picks the shape they all match."""
     keys = model["keys"]
     for key in model["shape_keys"]:
-        found = fields.get(key)
-        if found is None or found.type.name not in value_kinds[keys[key]["kind"]]:
-            return [f"{key}: {_key_problem(found, keys[key], value_kinds, 0)}"]
+        if not _readable(fields.get(key), keys[key], value_kinds):
+            return [f"{key}: {_key_problem(fields.get(key), keys[key], value_kinds, 0)}"]
     got = {key: _value(fields, key) for key in model["shape_keys"]}
     if all(got[k] == keys[k]["value"] for k in got):
         return []
@@ -168,6 +175,10 @@ def _shape_problems(fields: dict[str, Field], model: dict, value_kinds: dict) ->
     return [f"DeepSeek4 shape: matches neither {model['shape_name']} nor "
             f"{' nor '.join(model.get('other_shapes', {}))} (" + ", ".join(
                 f"{k.removeprefix('deepseek4.')}={got[k]}" for k in got if got[k] != keys[k]["value"]) + ")"]
+
+
+def _readable(found: Field | None, rule: dict, value_kinds: dict) -> bool:
+    return found is not None and found.type.name in value_kinds[rule["kind"]]
 
 
 def _tokenizer_problems(fields: dict[str, Field], tokenizer: dict) -> list[str]:
