@@ -195,12 +195,15 @@ def server_options(help_text: HelpText, commit: str, ref: str) -> tuple[dict[str
 
     Every page counts (b030961 lists --mtp and --dspark only under `--help runtime`); options a page lists that
     this version's ds4-server itself refuses (b030961's distributed page documents the `ds4` CLI's tensor
-    parallelism too) are left out, as the knowledge of that version says.
+    parallelism too) are left out, and those it takes without listing them added, as the knowledge of that
+    version says.
     """
     options = help_text.options()
     version = engine_version(commit=commit, ref=ref, flags=frozenset(options), topics=tuple(help_text.topics))
     for flag in version.knowledge["flags"].get("not_server_options", ()):
         options.pop(flag, None)
+    for flag, count in version.knowledge["flags"].get("unlisted", {}).items():
+        options.setdefault(flag, count)  # taken by the parser, on no help page (b030961's --chdir)
     return options, version
 
 
