@@ -11,10 +11,11 @@ from ds4_converge.core.plan import Change, RoleFailed, RolePlan
 from ds4_converge.health import bench, gate, warmup
 from ds4_converge.health.probe import NotReady, ProbeTarget, Unhealthy, check_models, wait_healthy
 from ds4_converge.engine.release import prune
+from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.service import start_log
 
 NAME = "probe"
-STAMP = re.compile(r"^\d{4} \d\d:\d\d:\d\d ")  # ds4-server's own lines begin with MMDD HH:MM:SS
+STAMP = re.compile(load_knowledge()["logs"]["stamp"])  # ds4-server's own lines begin with MMDD HH:MM:SS
 
 
 def target(ctx: Context) -> ProbeTarget:

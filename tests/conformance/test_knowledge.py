@@ -57,6 +57,8 @@ def test_make_targets_and_binaries(each_engine):
 
 def test_log_lines_the_tool_reads(each_engine, server_c):
     for name, line in knowledge(each_engine)["logs"].items():
+        if name == "stamp":
+            continue  # a pattern, checked on the binary's output below
         assert re.search(r'"' + re.escape(line), server_c), (name, line)
     other = for_version(BASE if each_engine.version != BASE else "b030961")["logs"]["kv_persist"]
     assert other not in server_c  # the shutdown line is worded differently in each version
@@ -287,3 +289,26 @@ def test_fork_facts_are_absent_from_every_upstream_version(each_engine, ds4_c, s
     upstream = set().union(*(for_version(v)["flags"]["listed"] for v in known_versions() if v != FORK))
     for flag in set(fork["flags"]["listed"]) - upstream:
         assert f'"{flag}"' not in server_c, flag
+
+
+def test_routes(each_engine, server_c):
+    routes = knowledge(each_engine)["routes"]
+    for method, paths in routes.items():
+        for path in paths:
+            exact = f'!strcmp(hr.method, "{method}") && !strcmp(hr.path, "{path}")' in server_c
+            alias = path.startswith("/v1/models/") and f'"{path.removeprefix("/v1/models/")}"' in server_c and (
+                'model_path_prefix = "/v1/models/"' in server_c)
+            assert exact or alias, (method, path)
+    served = re.findall(r'!strcmp\(hr\.method, "([A-Z]+)"\) && !strcmp\(hr\.path, "([^"]+)"\)', server_c)
+    assert {(m, p) for m, p in served} <= {(m, p) for m, ps in routes.items() for p in ps}
+    fork_only = set(for_version(FORK)["routes"]["GET"]) - set(routes["GET"])
+    assert {"/metrics", "/v1/stats"} <= fork_only
+    for path in fork_only | {"/health"}:
+        assert f'"{path}"' not in server_c, path
+
+
+def test_the_servers_own_lines_carry_the_stamp(each_engine, lock):
+    """The tool strips it from the last log line it reports; both versions stamp ds4-server's own lines."""
+    proc = each_engine.run_server("--port", "0", "-m", "x.gguf", lock=lock)
+    first = proc.stderr.splitlines()[0]
+    assert "ds4-server:" in first and re.match(knowledge(each_engine)["logs"]["stamp"], first), first
