@@ -81,7 +81,9 @@ def main_model_kv(k: dict | None = None) -> dict[str, Value | Any]:
     model = k["gguf"]["main_model"]
     kv: dict[str, Value | Any] = {"general.name": "DeepSeek-V4-Flash tiny synthetic"}
     kv.update(tokenizer_kv(k))
-    kv.update({key: key_value(rule, model["layers"]) for key, rule in model["keys"].items()})
+    # block_count first, as a conversion writes it (the knowledge lists it where its value is checked)
+    order = ["deepseek4.block_count", *(key for key in model["keys"] if key != "deepseek4.block_count")]
+    kv.update({key: key_value(model["keys"][key], model["layers"]) for key in order})
     return kv
 
 
