@@ -54,8 +54,8 @@ test-fast: lint-imports
 	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)/python -m pytest -q -m "not slow" -p _hypothesis_pytestplugin \
 		-p pytest_timeout -p no:unraisableexception --hypothesis-profile=fast
 
-# the layering contracts of .importlinter: roles never import each other, the CLI never reaches into a role,
-# nothing imports the CLI, the spec and the facts depend on nothing else of the package
+# the layering contracts of .importlinter: imports point down (cli > orchestrate > roles > core > spec, facts),
+# roles never import each other, the CLI never reaches into a role
 lint-imports: $(BIN)/ds4-converge
 	$(BIN)/lint-imports --no-cache
 

@@ -1,7 +1,7 @@
 """`ds4-converge SPEC` on a box that is already converged, answered from the last no-op's receipt.
 
 `replay` runs before anything heavy is imported (no pydantic, no spec validation, no host commands): when the
-receipt of the last full no-op still holds (core/receipt.py checks every file, process and the endpoint it relied
+receipt of the last full no-op still holds (orchestrate/receipt.py checks every file, process and the endpoint it relied
 on), the run reports that no-op again, with today's time, and records it as the last run. Whenever anything
 differs, or the arguments ask for more than a plain converge (--check, --diff, --refresh, ...), it returns None
 and the full converge runs as always. `record` writes the receipt after a full converge that changed nothing.
@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from ds4_converge.core import receipt
+from ds4_converge.orchestrate import receipt
 
 # the arguments a receipt can answer; anything else is a full converge
 JSON, SET = "--json", "--set"

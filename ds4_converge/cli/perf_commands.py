@@ -79,7 +79,7 @@ def tune(args, session) -> int:
     import dataclasses
 
     from ds4_converge.cli import perf_report, report
-    from ds4_converge.core.tune import TUNE_BENCH, tune as run
+    from ds4_converge.orchestrate.tune import TUNE_BENCH, tune as run
 
     loaded = session.load_spec()
     session.context()  # the root and the service user are placed before anything is tried

@@ -34,7 +34,7 @@ def converge(args, session) -> int:
     from ds4_converge.cli import noop, report
     from ds4_converge.cli.progress import Reporter, mode_for
     from ds4_converge.core import interrupts
-    from ds4_converge.core.reconciler import converge as run
+    from ds4_converge.orchestrate.reconciler import converge as run
 
     facts_at = time.time()
     ctx = session.context()
@@ -139,7 +139,7 @@ def rollback(args, session) -> int:
     from ds4_converge.cli import report
     from ds4_converge.cli.progress import Reporter, mode_for
     from ds4_converge.core import interrupts
-    from ds4_converge.core.rollback import rollback as run
+    from ds4_converge.orchestrate.rollback import rollback as run
 
     ctx = session.context()
     if not ctx.layout.root.exists() or (ctx.state.current is None and not ctx.state.good):

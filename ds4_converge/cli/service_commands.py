@@ -134,7 +134,7 @@ def _follow(path: Path) -> None:
 
 def stop(args, session) -> int:
     from ds4_converge.cli import report
-    from ds4_converge.core.teardown import stop as stop_root
+    from ds4_converge.orchestrate.teardown import stop as stop_root
 
     ctx = session.context()
     stopped = False

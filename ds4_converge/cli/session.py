@@ -74,7 +74,7 @@ class Session:
     def context(self, **kwargs):
         """The run's Context; a spec path that cannot be placed on this host is an invalid spec (exit 2)."""
         if self.ctx is None:
-            from ds4_converge.core.context import make_context
+            from ds4_converge.orchestrate.context import make_context
             from ds4_converge.spec.hostpaths import UnknownVariable
             from ds4_converge.spec.loader import SpecInvalid
 

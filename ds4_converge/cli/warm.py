@@ -28,7 +28,7 @@ import struct
 import sys
 
 from ds4_converge.cli.command import FAILED
-from ds4_converge.core.receipt import tool_fingerprint, user_cache
+from ds4_converge.orchestrate.receipt import tool_fingerprint, user_cache
 
 ENV, IDLE_ENV = "DS4_CONVERGE_WARM", "DS4_CONVERGE_WARM_IDLE_S"
 IDLE_S = 600.0

@@ -1,29 +1,29 @@
-"""What the roles of one run share: the spec, where things live, host facts, and what earlier roles decided."""
+"""What the roles of one run share: the spec, where things live, host facts, and what earlier roles decided.
+
+Plain data of the ground: a field that holds a role's own type (a release, a build request, the supervisord
+client) is typed ``Any`` here and names its type in a comment; the role that sets it owns the type. The
+orchestration makes the context (:func:`ds4_converge.orchestrate.context.make_context`) and hands it the
+roles' handles.
+"""
 from __future__ import annotations
 
 import os
 import pwd
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ds4_converge.core.layout import Layout
-from ds4_converge.core.state import Deployment, State, StateUnreadable
-from ds4_converge.engine.release import BuildRequest, Release, Toolkit
+from ds4_converge.core.state import Deployment, State
+from ds4_converge.core.toolkit import Toolkit
 from ds4_converge.spec.hostpaths import UnknownVariable, expand
 from ds4_converge.spec.loader import LoadedSpec, SpecInvalid
-from ds4_converge.spec.values import check_root
 from ds4_converge.spec.model import Spec
+from ds4_converge.spec.values import check_root
 
 if TYPE_CHECKING:
-    from ds4_converge.engine.git import EngineRepo
-    from ds4_converge.engine.pins import PinCache
-    from ds4_converge.engine.server_args import ModelPaths
     from ds4_converge.facts import HostFacts
-    from ds4_converge.models.digests import DigestCache
-    from ds4_converge.service.render import RenderCache
-    from ds4_converge.service.supervisor import Supervisor
 
 
 @dataclass
@@ -40,10 +40,10 @@ class Context:
     # decided by the roles, in order
     toolkit: Toolkit = field(default_factory=Toolkit)
     service_env: dict[str, str] = field(default_factory=dict)
-    build: BuildRequest | None = None
-    engine_repo: EngineRepo | None = None
-    release: Release | None = None
-    models: ModelPaths | None = None
+    build: Any = None  # engine.release.BuildRequest
+    engine_repo: Any = None  # engine.git.EngineRepo
+    release: Any = None  # engine.release.Release
+    models: Any = None  # engine.server_args.ModelPaths
     desired: Deployment | None = None
     restart_needed: bool = False
     prepared: bool = False  # engine.prepare ran in this run
@@ -51,38 +51,15 @@ class Context:
     start: object | None = None  # service.start_log.StartMark of the engine started last by this run
     drained: object | None = None  # service.drain.Drained: what the last stop waited for
     state: State = field(default_factory=State)
+    # the roles' handles, made by the orchestration; they read or write nothing until first used
+    supervisor: Any = None  # service.supervisor.Supervisor of this root
+    digests: Any = None  # models.digests.DigestCache: verified sha256 digests by file identity, learned by planning
+    pins: Any = None  # engine.pins.PinCache: which commit each engine tag resolved to (a no-op needs no git)
+    renders: Any = None  # service.render.RenderCache: config texts rendered last time (a no-op needs no jinja2)
 
     @property
     def spec(self) -> Spec:
         return self.loaded.spec
-
-    @cached_property
-    def supervisor(self) -> Supervisor:
-        from ds4_converge.service.supervisor import Supervisor
-
-        return Supervisor(self.layout)
-
-    @cached_property
-    def digests(self) -> DigestCache:
-        """Verified sha256 digests by file identity. Planning may learn digests; they are written only by
-        :meth:`remember_learned`, after the plans, outside --check."""
-        from ds4_converge.models.digests import DigestCache
-
-        return DigestCache(self.layout.cache / "digests.json", deferred=True)
-
-    @cached_property
-    def pins(self) -> PinCache:
-        """Which commit each engine tag resolved to here: a no-op run needs no git for a tag it knows."""
-        from ds4_converge.engine.pins import PinCache
-
-        return PinCache(self.layout.cache / "pins.json")
-
-    @cached_property
-    def renders(self) -> RenderCache:
-        """The config texts rendered last time, by what they were rendered from: a no-op needs no jinja2."""
-        from ds4_converge.service.render import RenderCache
-
-        return RenderCache(self.layout.cache / "rendered.json")
 
     def remember_learned(self) -> None:
         """Write what planning learned (digests, tag commits, rendered texts): caches, never a change of what
@@ -90,9 +67,9 @@ class Context:
         outside --check, and only into a root that exists (a run refused before any change leaves no trace)."""
         if self.check or not self.layout.root.exists():
             return
-        for cache in ("digests", "pins", "renders"):
-            if cache in self.__dict__:  # opened during this run
-                self.__dict__[cache].flush()
+        for learned in (self.digests, self.pins, self.renders):
+            if learned is not None:
+                learned.flush()  # writes only what this run learned
 
     def host_path(self, raw: str) -> Path:
         """Expand a spec path on this host for the service user (never the caller's own HOME)."""
@@ -124,20 +101,14 @@ def _account(user: str | None) -> tuple[str, str]:
     return name, pwd.getpwnam(name).pw_dir
 
 
-def make_context(loaded: LoadedSpec, **kwargs) -> Context:
-    """Raises SpecInvalid (FILE:LINE:COL) when the spec does not fit this host: an unknown server.user, or a
-    paths.root that names a variable this host lacks or expands to something config files cannot hold."""
+def root_layout(loaded: LoadedSpec) -> Layout:
+    """Where this spec's root lies on this host. Raises SpecInvalid (FILE:LINE:COL) when the spec does not fit
+    this host: an unknown server.user, or a paths.root that names a variable this host lacks or expands to
+    something config files cannot hold."""
     service_account(loaded)
     try:
         root = _host_path(loaded, loaded.spec.paths.root)
         check_root(str(root), expanded=True)
     except (UnknownVariable, ValueError) as exc:
         raise SpecInvalid([loaded.locate("paths.root", f"{exc} (as expanded on this host)")]) from None
-    layout = Layout(root)
-    try:
-        state = State.load(layout.state_file)
-    except StateUnreadable as exc:
-        from ds4_converge.core.recovery import rebuilt_state  # only for a damaged state.json
-
-        state = rebuilt_state(layout, loaded.spec.server.name, str(exc))
-    return Context(loaded=loaded, layout=layout, state=state, **kwargs)
+    return Layout(root)

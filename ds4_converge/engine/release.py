@@ -5,7 +5,6 @@ A release counts as built only when ds4-server exists and `ds4-server --help` ru
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -22,6 +21,7 @@ from ds4_converge.engine_knowledge import EngineVersion, engine_version, for_ver
 from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.shell import CommandFailed, run, tail
+from ds4_converge.core.toolkit import Toolkit
 from ds4_converge.errors import Ds4Error
 
 RECORD = "ds4-converge-release.json"
@@ -30,22 +30,6 @@ FLAG = re.compile(r"(?:(?<=\s)|(?<=,)|(?<=\|)|^)(--?[A-Za-z][A-Za-z0-9-]*)")
 OPTION_LINE = re.compile(r"^ {0,4}-")
 TOPIC = re.compile(r"--help ([a-z][a-z0-9-]*)")
 RECORD_FORMAT = 2  # 2: options with their value counts, help topics, the engine version judged by
-
-
-@dataclass(frozen=True)
-class Toolkit:
-    """The CUDA toolkit a build uses; `nvcc` None for cpu builds."""
-
-    nvcc: str | None = None
-    cuda_home: str | None = None
-    version: str | None = None
-
-    @property
-    def tag(self) -> str:
-        if not self.nvcc:
-            return "nocuda"
-        digest = hashlib.sha256(f"{os.path.realpath(self.nvcc)}|{self.version}".encode()).hexdigest()[:6]
-        return f"nvcc{self.version}-{digest}"
 
 
 @dataclass(frozen=True)

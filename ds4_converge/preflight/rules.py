@@ -30,7 +30,7 @@ from ds4_converge.facts import HostFacts, Version
 from ds4_converge.spec.hostpaths import UnknownVariable, expand as expand_path
 from ds4_converge.models.placement import entries as model_entries, is_local
 from ds4_converge.core.plan import Finding
-from ds4_converge.engine.release import Toolkit
+from ds4_converge.core.toolkit import Toolkit
 from ds4_converge.units import GIB, gib
 from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.spec.model import TARGETS, Spec

@@ -22,7 +22,7 @@ from ds4_converge.core.state import Deployment
 from ds4_converge.models.gguf import judge_files
 from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
 from ds4_converge.models.placement import SLOTS
-from ds4_converge.service import drain, guard, render, systemd
+from ds4_converge.service import guard, render, switch, systemd
 from ds4_converge.service.supervisor import supervisord_argv
 
 NAME = "service"
@@ -227,7 +227,7 @@ def _switch(ctx: Context, *, deployment: Deployment) -> str:
         ctx.say(f"stopping {name} (SIGTERM, waiting for its process group)")
     prepare_engine_lock(ctx)
     ctx.switched = True
-    switch_to(ctx, deployment.stamped())
+    switch.switch_to(ctx, deployment.stamped())
     drained = f" ({ctx.drained.describe()})" if ctx.drained and ctx.drained.in_flight else ""
     return f"started {name} on release {deployment.release}{drained}"
 
@@ -254,28 +254,3 @@ def _cold_start(ctx: Context, *, deployment: Deployment, unit: Path | None) -> s
     ctx.supervisor.await_autostart(name)
     crash_point("new-started")
     return f"started {name} on release {deployment.release}"
-
-
-def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -> None:
-    """Stop what runs (whole process group) once it is idle, then start `deployment` exactly as recorded.
-
-    The intent is recorded and the guard armed first: if this process dies anywhere from here until the switch
-    is settled (guard.disarm), supervisord's guard brings last good back (see service/guard.py)."""
-    name, step = ctx.spec.server.name, "" if reason == "switch" else f"{reason}-"
-    if ctx.supervisor.running_pid(name):  # the engine cuts a generation on SIGTERM: wait until it is idle
-        running = ctx.state.current.endpoint if ctx.state.current else ctx.endpoint
-        ctx.drained = drain.wait_idle(running, ctx.spec.server.drain_s, say=ctx.say)
-    guard.arm(ctx.layout, ctx.supervisor, name=name, grace=ctx.spec.server.stop_wait_s,
-              fallback=ctx.state.last_good)
-    crash_point(f"{step}intent")
-    ctx.supervisor.stop(name, grace=ctx.spec.server.stop_wait_s)
-    crash_point(f"{step}old-stopped")
-    ctx.state.current = deployment
-    ctx.state.save(ctx.layout.state_file)
-    write_atomic(ctx.layout.program_conf(name), deployment.program_conf)
-    crash_point(f"{step}program-written")
-    ctx.say(f"starting {name} on release {deployment.release}")
-    ctx.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
-    ctx.supervisor.load(name)
-    if reason == "switch":
-        crash_point("new-started")

@@ -14,7 +14,7 @@ from pathlib import Path
 from ds4_converge.core.context import Context
 from ds4_converge.core.plan import Change, RoleFailed, RolePlan
 from ds4_converge.core.shell import CommandFailed, run
-from ds4_converge.engine.release import Toolkit
+from ds4_converge.core.toolkit import Toolkit
 from ds4_converge.toolchain.select import compat_env, compat_package, needs_compat, select_toolkit
 
 NAME = "toolchain"

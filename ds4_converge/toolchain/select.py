@@ -18,7 +18,7 @@ import posixpath
 from ds4_converge.facts import HostFacts, Version
 from ds4_converge.facts.cuda import CudaToolkit
 from ds4_converge.core.plan import Finding
-from ds4_converge.engine.release import Toolkit
+from ds4_converge.core.toolkit import Toolkit
 from ds4_converge.spec.model import Spec
 
 

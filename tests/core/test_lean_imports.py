@@ -4,8 +4,9 @@ text output, jinja2 for rendering, tenacity for a probe that waits)."""
 import subprocess
 import sys
 
-NOOP_PATH = ("ds4_converge.cli.main", "ds4_converge.core.reconciler", "ds4_converge.core.rollback",
-             "ds4_converge.facts", "ds4_converge.health.probe", "ds4_converge.service.render")
+NOOP_PATH = ("ds4_converge.cli.main", "ds4_converge.orchestrate.context", "ds4_converge.orchestrate.reconciler",
+             "ds4_converge.orchestrate.rollback", "ds4_converge.facts", "ds4_converge.health.probe",
+             "ds4_converge.service.render")
 HEAVY = ("numpy", "gguf", "huggingface_hub", "requests", "urllib3", "rich", "jinja2", "tenacity",
          "supervisor.xmlrpc")
 

@@ -11,7 +11,7 @@ import pytest
 
 from boxes import MODEL
 
-from ds4_converge.core.context import make_context
+from ds4_converge.orchestrate.context import make_context
 from ds4_converge.core.plan import RoleFailed
 from ds4_converge.engine import role as engine
 from ds4_converge.engine.release import RECORD, RECORD_FORMAT, BuildRequest, Release, Toolkit

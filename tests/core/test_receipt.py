@@ -1,4 +1,4 @@
-"""The no-op receipt (core/receipt.py, cli/noop.py): it holds only while everything it recorded is as it was.
+"""The no-op receipt (orchestrate/receipt.py, cli/noop.py): it holds only while everything it recorded is as it was.
 
 Each check is tried on its own against a receipt that holds: the spec's bytes, the arguments, the environment,
 the tool, the age of the host facts, the driver, a file, a process, and the endpoint's answer.
@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from ds4_converge.cli import noop
-from ds4_converge.core import receipt
+from ds4_converge.orchestrate import receipt
 
 MODEL_ID = "deepseek-v4-flash"
 

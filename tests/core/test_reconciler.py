@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from ds4_converge.core import reconciler
-from ds4_converge.core.context import make_context
+from ds4_converge.orchestrate import reconciler
+from ds4_converge.orchestrate.context import make_context
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
 from ds4_converge.core.state import Deployment
 from ds4_converge.facts import HostFacts
 from ds4_converge.health.probe import Unhealthy
+from ds4_converge.models.digests import DigestCache
 from ds4_converge.service.supervisor import SupervisorError
 from ds4_converge.spec.loader import LoadedSpec
 from fakehost import spec
@@ -155,7 +156,7 @@ def test_what_planning_learned_is_written_after_the_plans_not_in_check_mode(ctx,
     reconciler.converge(ctx, roles=[type("R", (), {"NAME": "learns", "plan": staticmethod(learns)})], revert=no_revert)
     assert not (ctx.layout.cache / "digests.json").exists(), "--check writes nothing, not even a cache"
     ctx.check = False
-    ctx.__dict__.pop("digests")
+    ctx.digests = DigestCache(ctx.layout.cache / "digests.json", deferred=True)  # a new run's
     reconciler.converge(ctx, roles=[type("R", (), {"NAME": "learns", "plan": staticmethod(learns)})], revert=no_revert)
     assert (ctx.layout.cache / "digests.json").exists()
 
@@ -179,7 +180,7 @@ def failed_switch(ctx):
 
 def test_revert_puts_last_good_back_and_proves_it(failed_switch, monkeypatch):
     switched = []
-    monkeypatch.setattr(reconciler.service, "switch_to", lambda c, d, **_: switched.append(d.release))
+    monkeypatch.setattr(reconciler.switch, "switch_to", lambda c, d, **_: switched.append(d.release))
     monkeypatch.setattr("ds4_converge.health.probe.wait_healthy", lambda target, state, soak: 4242)
     outcome = reconciler.Outcome(ok=False, error="probe: unhealthy")
     reconciler.revert_to_last_good(failed_switch, outcome)
@@ -196,7 +197,7 @@ def test_a_revert_that_fails_too_says_so_and_raises_nothing(failed_switch, monke
     def healthy(target, state, soak):
         raise Unhealthy("ds4-server is FATAL")
 
-    monkeypatch.setattr(reconciler.service, "switch_to", switch)
+    monkeypatch.setattr(reconciler.switch, "switch_to", switch)
     monkeypatch.setattr("ds4_converge.health.probe.wait_healthy", healthy)
     roles = [FakeRole("probe", [[change("probe", fails=RoleFailed("unhealthy"))]])]
     outcome = reconciler.converge(failed_switch, roles=roles)

@@ -80,5 +80,5 @@ def test_a_noop_imports_nothing_heavy(served_box):
                            "--json"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and '"changed": false' in proc.stdout, proc.stdout + proc.stderr[-2000:]
     imported = {m.group(1) for m in re.finditer(r"\|\s+(\S+)$", proc.stderr, re.MULTILINE)}
-    assert "ds4_converge.core.reconciler" in imported, "the importtime output was not read"
+    assert "ds4_converge.orchestrate.reconciler" in imported, "the importtime output was not read"
     assert not imported.intersection(HEAVY), sorted(imported.intersection(HEAVY))

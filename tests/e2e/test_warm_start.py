@@ -174,7 +174,7 @@ def test_the_warm_process_imports_nothing_that_reads_the_environment_when_import
     its caller's, so the warm process leaves them to the run."""
     code = ("import sys, tempfile; from ds4_converge.cli import warm_server; warm_server._preload(); "
             "print(sorted(m for m in ('huggingface_hub', 'requests', 'urllib3') if m in sys.modules), "
-            "tempfile.tempdir, 'pydantic' in sys.modules, 'ds4_converge.core.reconciler' in sys.modules)")
+            "tempfile.tempdir, 'pydantic' in sys.modules, 'ds4_converge.orchestrate.reconciler' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.split() == ["[]", "None", "True", "True"], proc.stderr
 

@@ -9,7 +9,7 @@ from ds4_converge.preflight import rules
 from ds4_converge.facts import Version
 from ds4_converge.facts.base import Probe
 from ds4_converge.spec.hostpaths import UnknownVariable
-from ds4_converge.engine.release import Toolkit
+from ds4_converge.core.toolkit import Toolkit
 from fakehost import GB10, GIB, H200, cuda, disk, host, listener, spec, toolkit
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ds4_converge.preflight import rules
-from ds4_converge.engine.release import Toolkit
+from ds4_converge.core.toolkit import Toolkit
 from ds4_converge.toolchain.select import compat_env, compat_package, select_toolkit
 from fakehost import cuda, host, spec, toolkit
 

@@ -23,7 +23,7 @@ from supervisor.options import ServerOptions
 
 from boxes import MODEL, Box, free_port
 from ds4_converge.cli import main as cli
-from ds4_converge.core.context import make_context
+from ds4_converge.orchestrate.context import make_context
 from ds4_converge.engine.release import Release, Toolkit
 from ds4_converge.engine.server_args import ModelPaths
 from ds4_converge.service import render

@@ -15,7 +15,7 @@ from boxes import MODEL, engine_pids
 from ds4_converge.cli import main as cli
 from ds4_converge.core.layout import Layout
 from ds4_converge.health import role as probe_role
-from ds4_converge.service import role as service_role
+from ds4_converge.service import switch
 from ds4_converge.service.supervisor import Supervisor, SupervisorError
 
 
@@ -46,7 +46,7 @@ def test_an_unexpected_exception_during_the_probe_reverts(box, capsys, monkeypat
 def test_a_revert_that_fails_says_so_and_what_serves(box, capsys, monkeypatch):
     rc, first = converge_in_process(box, capsys)
     assert rc == 0, first
-    real_switch = service_role.switch_to
+    real_switch = switch.switch_to
     calls = []
 
     def switch_then_fail(ctx, deployment, **kwargs):
@@ -55,7 +55,7 @@ def test_a_revert_that_fails_says_so_and_what_serves(box, capsys, monkeypatch):
             raise RuntimeError("a bug in the revert")  # not one of the errors a revert expects
         return real_switch(ctx, deployment, **kwargs)
 
-    monkeypatch.setattr(service_role, "switch_to", switch_then_fail)
+    monkeypatch.setattr(switch, "switch_to", switch_then_fail)
     monkeypatch.setattr(probe_role, "wait_healthy", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("nope")))
     rc, document = converge_in_process(box, capsys, "--set", "server.ctx=65536")
     assert rc == 1 and not document["reverted"], document

@@ -98,7 +98,7 @@ def test_an_unexpected_exception_is_one_message_one_document_and_a_log(spec, mon
     def bug(ctx, diff=False):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("ds4_converge.core.reconciler.converge", bug)
+    monkeypatch.setattr("ds4_converge.orchestrate.reconciler.converge", bug)
     assert cli.main([str(spec), "--json"]) == 1
     out, err = capsys.readouterr()
     document = check_document(out, 1)

@@ -3,7 +3,7 @@ import pytest
 import yaml
 
 from ds4_converge.core.state import Deployment
-from ds4_converge.core.tune import Candidate, candidates, write_setting
+from ds4_converge.orchestrate.tune import Candidate, candidates, write_setting
 from ds4_converge.health import gate, warmup
 from ds4_converge.health.bench import NEAR_CTX, BenchOptions, Case, cases, config_of, headline, spread
 from ds4_converge.service.drain import Drained, parse_metrics

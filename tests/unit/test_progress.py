@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from ds4_converge.cli.progress import Reporter, last_line
-from ds4_converge.core.context import make_context
+from ds4_converge.orchestrate.context import make_context
 from ds4_converge.core.plan import RoleResult
 from ds4_converge.spec.loader import load_spec
 

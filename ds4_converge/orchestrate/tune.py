@@ -15,9 +15,9 @@ import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ds4_converge.core.context import make_context
+from ds4_converge.orchestrate.context import make_context
 from ds4_converge.core.layout import write_atomic
-from ds4_converge.core.reconciler import Outcome, converge
+from ds4_converge.orchestrate.reconciler import Outcome, converge
 from ds4_converge.core.state import State
 from ds4_converge.health.bench import BenchError, BenchOptions, bench, headline
 from ds4_converge.health.probe import NotReady, Unhealthy

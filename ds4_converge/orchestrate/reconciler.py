@@ -21,8 +21,8 @@ from ds4_converge.models import role as models
 from ds4_converge.models.placement import placements
 from ds4_converge.preflight import role as preflight
 from ds4_converge.preflight.scope import fact_request
-from ds4_converge.service import guard
 from ds4_converge.service import role as service
+from ds4_converge.service import switch
 from ds4_converge.toolchain import role as toolchain
 
 # models before engine: a wrong file or a budget that cannot fit is refused before a build starts
@@ -78,7 +78,7 @@ def converge(ctx: Context, *, diff: bool = False, roles: Sequence = ROLES,
     repaired = None
     if not ctx.check and ctx.layout.root.exists():
         crash_point("started")
-        repaired = guard.recover_stale(ctx.layout)  # a run that died mid-switch, and no guard repaired it
+        repaired = switch.recover_stale(ctx)  # a run that died mid-switch, and no guard repaired it
         if repaired:
             ctx.say(repaired)
     outcome = Outcome(ok=True)
@@ -94,7 +94,7 @@ def converge(ctx: Context, *, diff: bool = False, roles: Sequence = ROLES,
         return _failed(ctx, outcome, roles, revert, role, RoleFailed(why), plan=None, diff=diff, done=[])
     finally:
         if ctx.switched and not ctx.check:
-            guard.disarm(ctx.layout)  # settled: proven, reverted, or reported as failed with what serves
+            switch.settle(ctx)  # settled: proven, reverted, or reported as failed with what serves
     outcome.repairs = [r for r in (damaged and f"state: {damaged}", repaired) if r]
     if outcome.results:
         outcome.results[0].warnings[:0] = outcome.repairs
@@ -189,7 +189,7 @@ def _fail_and_revert(ctx: Context, outcome: Outcome, roles: Sequence, revert, ro
         except BaseException as exc:  # noqa: BLE001 - the revert is guarded: say what failed and what serves
             outcome.exception = outcome.exception or exc
             reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
-            outcome.error += f"; the revert failed too ({reason}); serving now: {serving(ctx)}"
+            outcome.error += f"; the revert failed too ({reason}); serving now: {switch.serving(ctx)}"
     current = ctx.state.current
     outcome.release = current.release if current else None
     outcome.endpoint = current.endpoint if current else None
@@ -208,50 +208,21 @@ def _unexpected(exc: BaseException, outcome: Outcome) -> RoleFailed:
     return RoleFailed(f"unexpected {type(exc).__name__}: {exc}")
 
 
-def serving(ctx: Context) -> str:
-    """What runs under this root right now, in words, for a report after things went wrong."""
-    from ds4_converge.service.render import read_program_conf
-
-    name = ctx.spec.server.name
-    try:
-        info = ctx.supervisor.info(name) if ctx.supervisor.is_running(settle=5) else None
-    except Exception as exc:  # noqa: BLE001 - we are reporting on a failure: never fail the report
-        return f"unknown (supervisord: {exc})"
-    if not info or info["statename"] not in ("RUNNING", "STARTING"):
-        return "nothing"
-    try:
-        release = read_program_conf(ctx.layout.program_conf(name).read_text())[0]
-    except OSError:
-        release = None
-    state = "" if info["statename"] == "RUNNING" else f", {info['statename'].lower()}"
-    return f"{name} (pid {info['pid']}{state}) on release {release or 'unknown'}"
-
-
 def revert_to_last_good(ctx: Context, outcome: Outcome) -> None:
-    """Put last good back exactly as it ran (stored config, no re-render), and prove it is healthy again."""
+    """The service puts last good back (one operation, guarded); the probe proves it is healthy again."""
     from ds4_converge.health.probe import Unhealthy, wait_healthy
 
-    name, last_good, failed = ctx.spec.server.name, ctx.state.last_good, ctx.desired
-    supervisor = ctx.supervisor
+    last_good = ctx.state.last_good
     try:
-        if last_good is None:
-            if supervisor.is_running():
-                supervisor.stop(name, grace=ctx.spec.server.stop_wait_s)
-            ctx.state.current = None
-            ctx.state.save(ctx.layout.state_file)
-            outcome.error += "; no last good release to revert to (first install): the engine is left stopped"
+        reverted = switch.revert(ctx)
+        if reverted.started is None:
+            outcome.error += f"; {reverted.note}"
             return
-        if failed is not None and failed.same_config(last_good):
-            outcome.error += (f"; last good ({last_good.release}) is this same config, so there is nothing to "
-                              f"revert to; serving now: {serving(ctx)}")
-            return
-        ctx.say(f"reverting to last good release {last_good.release}")
-        service.switch_to(ctx, last_good, reason="revert")
         # last good passed its soak already: prove it answers, don't make the outage longer
         wait_healthy(probe.target(ctx), probe.process_state(ctx), soak=False)
     except (*APPLY_ERRORS, Unhealthy) as exc:
         target = last_good.release if last_good else "a stopped engine"
-        outcome.error += f"; revert to {target} failed too: {exc}; serving now: {serving(ctx)}"
+        outcome.error += f"; revert to {target} failed too: {exc}; serving now: {switch.serving(ctx)}"
         return
     outcome.reverted = True
     outcome.error += f"; reverted to {last_good.release}"

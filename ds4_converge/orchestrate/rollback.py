@@ -1,20 +1,18 @@
 """`ds4-converge rollback SPEC`: back to last good, through the same probe as any switch."""
 from __future__ import annotations
 
-from ds4_converge.core import interrupts
 from ds4_converge.core.context import Context
 from ds4_converge.core.plan import RoleResult
-from ds4_converge.core.reconciler import APPLY_ERRORS, Outcome
+from ds4_converge.orchestrate.reconciler import APPLY_ERRORS, Outcome
 from ds4_converge.health import role as probe
 from ds4_converge.health.probe import Unhealthy, wait_healthy
-from ds4_converge.service import role as service
-from ds4_converge.service.guard import disarm
+from ds4_converge.service import switch
 
 
 def rollback(ctx: Context) -> Outcome:
     """To last good when something else (or nothing) runs; from last good to the good one before it."""
     state = ctx.state
-    running = ctx.supervisor.running_pid(ctx.spec.server.name) if ctx.supervisor.is_running() else None
+    running = switch.running_pid(ctx)
     on_last_good = state.current is not None and state.current.same_config(state.last_good) and running
     target = state.previous_good if on_last_good else state.last_good
     if target is None:
@@ -22,10 +20,7 @@ def rollback(ctx: Context) -> Outcome:
         return Outcome(ok=False, error=f"rollback: {why}", results=[RoleResult("rollback", "failed", why)])
     ctx.desired = target  # what the switch goes to: people are shown what it changes
     try:
-        if not ctx.supervisor.is_running():
-            ctx.supervisor.start_daemon()
-        with interrupts.shielded():  # once the running engine is stopped, the target must be started
-            service.switch_to(ctx, target, reason="rollback")
+        switch.roll_back_to(ctx, target)
         pid = wait_healthy(probe.target(ctx), probe.process_state(ctx))
     except Unhealthy as exc:
         return Outcome(ok=False, release=target.release, error=f"rollback: {target.release} is not healthy: {exc}",
@@ -34,7 +29,7 @@ def rollback(ctx: Context) -> Outcome:
         return Outcome(ok=False, release=target.release, error=f"rollback to {target.release} failed: {exc}",
                        results=[RoleResult("rollback", "failed", str(exc))])
     finally:
-        disarm(ctx.layout)  # settled either way: the report says what runs
+        switch.settle(ctx)  # settled either way: the report says what runs
     state.bless(target)
     state.save(ctx.layout.state_file)
     return Outcome(ok=True, release=target.release, endpoint=target.endpoint,
