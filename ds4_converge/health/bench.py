@@ -185,9 +185,25 @@ def spread(values: list[float | None], digits: int = 3) -> dict | None:
             "max": round(max(values), digits)}
 
 
-def run_case(endpoint: str, case: Case, options: BenchOptions, rng: random.Random) -> dict:
+CALIBRATION_WORDS = 32
+
+
+def tokens_per_word(endpoint: str, options: BenchOptions, rng: random.Random) -> float:
+    """How many tokens this engine's tokenizer makes of one filler word, from one untimed 1-token request.
+
+    Most tokenizers make one token of each filler word; a model with another vocabulary (a byte-level test
+    model makes five) would otherwise get prompts several times the target, past the context size."""
+    short, long = (stream(endpoint, request_body(bench_messages(words, 1, rng), 1), options.timeout_s)
+                   for words in (1, CALIBRATION_WORDS + 1))
+    per_word = (long.prompt_tokens - short.prompt_tokens) / CALIBRATION_WORDS
+    return per_word if per_word > 0 else 1.0
+
+
+def run_case(endpoint: str, case: Case, options: BenchOptions, rng: random.Random,
+             per_word: float = 1.0) -> dict:
     """`reps` rounds of `concurrency` simultaneous requests, each behind its own fresh prefix."""
-    words = max(case.prompt_tokens - 40, 1)  # the chat template and the question take some tokens
+    # the chat template and the question take some tokens
+    words = max(int((case.prompt_tokens - 40) / per_word), 1)
     samples: list[Sample] = []
     aggregate: list[float] = []
     for _ in range(options.reps):
@@ -244,11 +260,12 @@ def measure(endpoint: str, options: BenchOptions, say=lambda _m: None) -> tuple[
     models = check_models(endpoint)
     ctx_tokens = int(models["data"][0].get("context_length") or 32768)
     rng = random.Random()
+    per_word = tokens_per_word(endpoint, options, rng)
     results = []
     for case in cases(options, ctx_tokens):
         say(f"bench: {case.label}: {options.reps} round(s) of {case.concurrency} request(s), "
             f"{options.gen_tokens} tokens each")
-        results.append(run_case(endpoint, case, options, rng))
+        results.append(run_case(endpoint, case, options, rng, per_word))
     return results, engine_stats(endpoint)
 
 
