@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 SPEC   ?= spec/examples/sim.yaml
 ARGS   ?=
 
-.PHONY: run test test-fast lint-imports stop status check schema clean
+.PHONY: run test test-fast lint-imports stop status check schema clean collection collection-build sanity
 
 # What running the tool needs, and nothing else (no test or fleet tools): make run, check, status, stop.
 $(VENV)/.installed-run: pyproject.toml
@@ -44,7 +44,13 @@ status: $(VENV)/.installed-run
 stop: $(VENV)/.installed-run
 	$(BIN)/ds4-converge stop $(SPEC) $(ARGS)
 
-test: lint-imports
+# ansible-test sanity (tests/fleet/test_collection.py) installs these into its own virtualenvs: downloaded here, once,
+# so the test itself runs offline
+ANSIBLE_TEST_WHEELS := build/ansible-test/wheels
+$(ANSIBLE_TEST_WHEELS)/.downloaded: $(VENV)/.installed-dev
+	bash .ci/ansible-test-wheels.sh $(VENV) $(ANSIBLE_TEST_WHEELS)
+
+test: lint-imports $(ANSIBLE_TEST_WHEELS)/.downloaded collection
 	$(BIN)/python -m pytest -q
 
 # Under 10 s on 2 idle cores: a few hypothesis examples per property (make test runs them all), and only the
@@ -58,6 +64,20 @@ test-fast: lint-imports
 # roles never import each other, the CLI never reaches into a role
 lint-imports: $(BIN)/ds4-converge
 	$(BIN)/lint-imports --no-cache
+
+# The repository is the Ansible collection ds4.converge: `make collection` links this checkout into
+# build/collections (ansible.cfg looks there), as an editable install; `make collection-build` builds the artifact
+# (build/ds4-converge-VERSION.tar.gz, what build_ignore in galaxy.yml leaves). `make sanity` runs ansible-test
+# sanity on the built collection, offline (tests/fleet/test_collection.py, which make test runs too).
+collection:
+	mkdir -p build/collections/ansible_collections/ds4
+	ln -sfn ../../../.. build/collections/ansible_collections/ds4/converge
+
+collection-build: $(VENV)/.installed-dev
+	$(BIN)/ansible-galaxy collection build --force --output-path build .
+
+sanity: $(ANSIBLE_TEST_WHEELS)/.downloaded
+	$(BIN)/python -m pytest -q tests/fleet/test_collection.py
 
 schema: $(VENV)/.installed-run
 	$(BIN)/ds4-converge schema > spec/schema.json

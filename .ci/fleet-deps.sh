@@ -3,7 +3,9 @@
 #
 #   bash .ci/fleet-deps.sh VENV      e.g. bash .ci/fleet-deps.sh .venv
 #
-# - apt: only the OpenSSH *client* (ssh, sftp), when missing: Ansible's ssh connection and testinfra run it.
+# - apt: the OpenSSH *client* (ssh, sftp), when missing: Ansible's ssh connection and testinfra run it; and
+#   HAProxy (the distribution's package), which the rolling-upgrade test puts in front of the fleet (it runs its
+#   own haproxy as the test user on loopback ports; the package's system service is not needed).
 #   No sshd: each molecule scenario starts an ssh server of its own, as the test user (molecule/shared/
 #   loopback_sshd.py), so the tests need neither root nor a system sshd. apt-get needs root; everything else
 #   here does not.
@@ -16,9 +18,12 @@ venv=${1:?usage: $0 VENV (the virtualenv the tests run in, e.g. .venv)}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 export DEBIAN_FRONTEND=noninteractive
 
-if ! command -v ssh >/dev/null || ! command -v sftp >/dev/null; then
+apt=()
+{ command -v ssh >/dev/null && command -v sftp >/dev/null; } || apt+=(openssh-client)
+command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || apt+=(haproxy)
+if [ ${#apt[@]} -gt 0 ]; then
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends openssh-client >/dev/null
+  apt-get install -y -qq --no-install-recommends "${apt[@]}" >/dev/null
 fi
 
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
@@ -43,4 +48,6 @@ PY
 then
   "$venv/bin/pip" install --quiet "${reqs[@]}"
 fi
-echo "fleet deps ready: $("$venv/bin/ansible-playbook" --version | sed -n 1p), molecule $("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("molecule"))'), $(ssh -V 2>&1)"
+# the wheels of ansible-test's sanity virtualenvs (tests/fleet/test_collection.py runs offline)
+bash "$repo/.ci/ansible-test-wheels.sh" "$venv" "$repo/build/ansible-test/wheels"
+echo "fleet deps ready: $(/usr/sbin/haproxy -v 2>/dev/null | sed -n 1p), $("$venv/bin/ansible-playbook" --version | sed -n 1p), molecule $("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("molecule"))'), $(ssh -V 2>&1)"

@@ -34,8 +34,19 @@ os.environ.setdefault("DS4_CONVERGE_WARM", "0")
 # make test-fast: a few examples of each property (make test runs each test's full count)
 settings.register_profile("fast", max_examples=8)
 
-SLOW_FOLDERS = {"e2e", "engine_sim", "fleet", "conformance"}
+SLOW_FOLDERS = {"e2e", "engine_sim", "fleet", "conformance", "realserve"}
 SLOW_FIXTURES = {"box", "served_box", "sim_repo", "builds", "start", "upstream", "fork", "fake", "file_server"}
+
+
+def pytest_sessionstart(session):
+    """The Ansible collection ds4.converge is this checkout: link it where ansible.cfg looks (`make collection`),
+    so every test that runs Ansible from here finds its module and role by their FQCN."""
+    link = REPO / "build" / "collections" / "ansible_collections" / "ds4" / "converge"
+    if not link.is_symlink():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        tmp = link.with_name(f".converge.{os.getpid()}")
+        tmp.symlink_to("../../../..")
+        os.replace(tmp, link)
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -15,7 +15,8 @@ from ds4_converge.core import interrupts
 
 # modules whose COMMANDS make up the CLI, in the order `--help` lists them
 COMMAND_MODULES = ("ds4_converge.cli.run_commands", "ds4_converge.cli.service_commands",
-                   "ds4_converge.cli.perf_commands", "ds4_converge.cli.host_commands")
+                   "ds4_converge.cli.perf_commands", "ds4_converge.cli.host_commands",
+                   "ds4_converge.cli.distributed_commands")
 USAGE = ("ds4-converge SPEC [--check] [--diff] [--json] [--set KEY=VALUE ...]\n"
          "       ds4-converge COMMAND [options]   (ds4-converge help COMMAND)")
 

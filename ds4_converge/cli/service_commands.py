@@ -16,18 +16,24 @@ STATUS_EXITS = """exit codes:
 
 
 def status(args, session) -> int:
-    from ds4_converge.cli import report
+    from ds4_converge.cli import fleet_facts, report
 
     ctx = session.context()
     serving = session.serving()
     state = ctx.state
     never = state.current is None and not state.good and serving["pid"] is None
+    part = ctx.spec.distributed
     healthy, error = False, None
     if never:
         code, error = NEVER_CONVERGED, f"never converged under {ctx.layout.root}"
     elif serving["release"] is None:
         code, error = FAILED, ("nothing runs" if serving["state"] in ("not running", "STOPPED")
                                else f"the engine is {serving['state']}")
+    elif part is not None and part.worker:
+        from ds4_converge.health.worker import data_port_open
+
+        healthy = data_port_open(part.listen)
+        code, error = (OK, None) if healthy else (FAILED, f"nothing accepts on the worker's data port {part.listen}")
     else:
         from ds4_converge.health.probe import NotReady, Unhealthy, check_models
 
@@ -36,19 +42,48 @@ def status(args, session) -> int:
             healthy, code = True, OK
         except (NotReady, Unhealthy) as exc:
             code, error = FAILED, f"{serving['endpoint']} does not answer right: {exc}"
+    distributed = _distributed_status(ctx, part, running=serving["pid"] is not None) if part else None
     last_good = state.last_good
     document = report.document(
         "status", ok=healthy, exit_code=code, error=error, release=serving["release"], endpoint=serving["endpoint"],
         healthy=healthy, never_converged=never, state=serving["state"], pid=serving["pid"],
         uptime_s=serving["uptime_s"], last_good=last_good.release if last_good else None,
         last_good_at=last_good.recorded_at if last_good else None, last_run=session.last_run(),
-        name=ctx.spec.server.name, root=str(ctx.layout.root), spec=str(args.spec))
+        last_revert=fleet_facts.last_revert(ctx.layout.logs), last_bench=fleet_facts.last_bench(ctx.layout.bench_results),
+        name=ctx.spec.server.name, root=str(ctx.layout.root), spec=str(args.spec), distributed=distributed)
+    if ctx.layout.root.is_dir():
+        fleet_facts.after_run(ctx.layout.root, document, healthy=healthy)
     if session.json:
         session.emit(document)
     else:
         for line in report.status_lines(document):
             session.out.print(line)
+        if distributed and distributed.get("state"):
+            session.say(f"worker {part.layers}: {distributed['state']}")
     return code
+
+
+LOG_TAIL_BYTES = 256 * 1024  # a worker logs a connection line every ~6 s: the last one is always in here
+
+
+def _distributed_status(ctx, part, *, running: bool) -> dict:
+    """The box's part; for a running worker, whether its log says it is connected to its coordinator now."""
+    found = {"role": part.role, "layers": part.layers, "listen": str(part.listen),
+             "coordinator": str(part.coordinator) if part.coordinator else None, "connected": None, "line": None,
+             "state": None}
+    if part.worker and running:
+        from ds4_converge.health.worker import read_state
+
+        log = ctx.layout.engine_log(ctx.spec.server.name)
+        try:
+            with open(log, "rb") as handle:
+                handle.seek(max(0, log.stat().st_size - LOG_TAIL_BYTES))
+                text = handle.read().decode("utf-8", errors="replace")
+        except OSError:
+            text = ""
+        worker = read_state(text)
+        found.update(connected=worker.connected, line=worker.line or None, state=worker.describe())
+    return found
 
 
 def _logs_arguments(parser) -> None:
@@ -143,6 +178,10 @@ def stop(args, session) -> int:
             stopped = stop_root(ctx)
     message = (f"stopped {ctx.spec.server.name} and its supervisord ({ctx.layout.root})" if stopped
                else f"nothing running under {ctx.layout.root}")
+    if ctx.layout.root.is_dir():
+        from ds4_converge.cli import fleet_facts
+
+        fleet_facts.after_run(ctx.layout.root, {"command": "stop", "ok": True, "release": None}, healthy=False)
     if session.json:
         session.emit(report.document("stop", ok=True, exit_code=OK, stopped=stopped, message=message))
     else:

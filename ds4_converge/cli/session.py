@@ -183,6 +183,11 @@ def write_last_run(logs, document: dict) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
+    from ds4_converge.cli import fleet_facts
+
+    if not document.get("check"):
+        fleet_facts.record_revert(logs, document)
+        fleet_facts.after_run(logs.parent, document, healthy=bool(document["ok"] or document.get("reverted")))
 
 
 def _now() -> str:

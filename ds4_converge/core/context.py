@@ -44,6 +44,7 @@ class Context:
     engine_repo: Any = None  # engine.git.EngineRepo
     release: Any = None  # engine.release.Release
     models: Any = None  # engine.server_args.ModelPaths
+    memory_short: str | None = None  # the memory budget does not fit and model.memory_budget is warn: why
     desired: Deployment | None = None
     restart_needed: bool = False
     prepared: bool = False  # engine.prepare ran in this run

@@ -13,10 +13,11 @@ from functools import partial
 
 from ds4_converge.core.context import Context
 from ds4_converge.core.crashpoints import crash_point
-from ds4_converge.core.plan import Change, RoleFailed, RolePlan
+from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
 from ds4_converge.engine import release as releases
 from ds4_converge.engine.git import SHA, EngineRepo, RepoError
 from ds4_converge.engine.installer import InstallerError, read_pin
+from ds4_converge.models.budget import streaming_hint
 from ds4_converge.spec.values import is_remote
 
 NAME = "engine"
@@ -85,11 +86,13 @@ def plan(ctx: Context) -> RolePlan:
     ctx.build = request
     ctx.release = releases.load(ctx.layout, request.release_id)
     if ctx.release:
-        return RolePlan(NAME, changes, reason=f"release {ctx.release.id} ({ref}) is built")
+        return RolePlan(NAME, changes, reason=f"release {ctx.release.id} ({ref}) is built",
+                        findings=_memory_findings(ctx, ctx.release))
     command = " ".join(request.make_argv())
+    findings: list[Finding] = []  # what the build's --help offers is known once it is built (see _build)
     changes.append(Change(f"build release {request.release_id}", before=None, after=f"{ref} = {commit}\n{command}\n",
-                          action=partial(_build, repo=repo, request=request)))
-    return RolePlan(NAME, changes, reason=f"build {ref} ({commit[:12]}) with make {engine.target}")
+                          action=partial(_build, repo=repo, request=request, findings=findings)))
+    return RolePlan(NAME, changes, reason=f"build {ref} ({commit[:12]}) with make {engine.target}", findings=findings)
 
 
 def _request(ctx: Context, commit: str, ref: str) -> releases.BuildRequest:
@@ -101,7 +104,13 @@ def _request(ctx: Context, commit: str, ref: str) -> releases.BuildRequest:
 def _built(ctx: Context, release: releases.Release, ref: str) -> RolePlan:
     ctx.build = _request(ctx, release.commit, ref)
     ctx.release = release
-    return RolePlan(NAME, reason=f"release {release.id} ({ref}) is built")
+    return RolePlan(NAME, reason=f"release {release.id} ({ref}) is built", findings=_memory_findings(ctx, release))
+
+
+def _memory_findings(ctx: Context, release: releases.Release) -> list[Finding]:
+    """A model set the models role let through over budget (memory_budget: warn): what this build offers."""
+    hint = streaming_hint(release.flags) if ctx.memory_short else None
+    return [Finding("warning", hint)] if hint else []
 
 
 # ------------------------------------------------------------------------------------- what applying does
@@ -118,7 +127,7 @@ def _prepare(ctx: Context) -> str:
     return "engine source refreshed (engine.prepare)"
 
 
-def _build(ctx: Context, *, repo: EngineRepo, request: releases.BuildRequest) -> str:
+def _build(ctx: Context, *, repo: EngineRepo, request: releases.BuildRequest, findings: list[Finding]) -> str:
     ctx.say(f"building {request.ref} into releases/{request.release_id} "
             f"(log: {ctx.layout.build_log(request.release_id)})")
     try:
@@ -127,5 +136,6 @@ def _build(ctx: Context, *, repo: EngineRepo, request: releases.BuildRequest) ->
         raise RoleFailed(f"build failed: {exc}; the serving release is untouched (log: {exc.log})", exc.tail) from None
     except RepoError as exc:
         raise RoleFailed(str(exc)) from None
+    findings += _memory_findings(ctx, ctx.release)  # the plan's own list: the role's warnings in the report
     crash_point("release-built")
     return f"built {ctx.release.id} ({ctx.release.ref})"

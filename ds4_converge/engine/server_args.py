@@ -7,7 +7,7 @@ from pathlib import Path
 from ds4_converge.engine.release import Release
 from ds4_converge.engine_knowledge import FORK, versions_with_flag
 from ds4_converge.engine_knowledge import load as load_knowledge
-from ds4_converge.spec.model import Server
+from ds4_converge.spec.model import Distributed, Server
 from ds4_converge.errors import Ds4Error
 
 
@@ -25,7 +25,8 @@ class ModelPaths:
     dspark: Path | None = None
 
 
-def server_argv(release: Release, server: Server, models: ModelPaths, kv_disk_dir: Path | None) -> list[str]:
+def server_argv(release: Release, server: Server, models: ModelPaths, kv_disk_dir: Path | None,
+                distributed: Distributed | None = None) -> list[str]:
     args: list[str] = []
     missing: list[str] = []
 
@@ -72,6 +73,12 @@ def server_argv(release: Release, server: Server, models: ModelPaths, kv_disk_di
         add("--power", server.power, setting="server.power")
     if release.supports("--no-update-check"):
         args.append("--no-update-check")  # the fork otherwise polls GitHub daily
+    if distributed is not None:
+        if not release.supports("--role"):
+            missing.append("distributed needs --role, --layers, --listen and --coordinator (ds4 b030961 or later: "
+                           "`ds4-server --help distributed`)")
+        else:
+            args += distributed_args(distributed)
     for arg in server.extra_args:
         flag = arg.split("=", 1)[0]
         if flag.startswith("-") and not _is_number(flag) and not release.supports(flag):
@@ -80,6 +87,15 @@ def server_argv(release: Release, server: Server, models: ModelPaths, kv_disk_di
     if missing:
         raise UnsupportedSettings(f"release {release.id} ({release.ref}) does not support: " + "; ".join(missing))
     return [str(release.server), *args]
+
+
+def distributed_args(distributed: Distributed) -> list[str]:
+    """--role, --layers, --listen HOST PORT and, for a worker, --coordinator HOST PORT (ds4_distributed.c)."""
+    args = ["--role", distributed.role, "--layers", distributed.layers,
+            "--listen", distributed.listen.host, str(distributed.listen.port)]
+    if distributed.coordinator is not None:
+        args += ["--coordinator", distributed.coordinator.host, str(distributed.coordinator.port)]
+    return args
 
 
 def not_rendered(release: Release, server: Server) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Protocol
 from ds4_converge.core.engine_http import request
 from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.errors import Ds4Error
-from ds4_converge.spec.model import Smoke
+from ds4_converge.spec.model import Address, Smoke
 
 MODEL_ID = load_knowledge()["model_id"]
 NON_THINKING_MODEL = load_knowledge()["api"]["non_thinking_model"]
@@ -53,6 +53,9 @@ class EngineWatch(Protocol):
     def last_words(self) -> str:
         """The last line this start wrote: the engine's own reason, as a rule."""
 
+    def log_text(self) -> str:
+        """Everything this start wrote to the engine's log (a distributed worker's health is read there)."""
+
 
 @dataclass(frozen=True)
 class ProbeTarget:
@@ -61,6 +64,7 @@ class ProbeTarget:
     soak_s: float
     interval_s: float
     smoke: Smoke | None
+    worker: Address | None = None  # a distributed worker's data port: no HTTP API, health from log and port
 
 
 def check_models(endpoint: str, timeout: float = 10) -> dict:
@@ -102,6 +106,12 @@ def smoke_test(endpoint: str, smoke: Smoke, timeout: float) -> str:
 def wait_healthy(target: ProbeTarget, watch: EngineWatch, *, soak: bool = True) -> int:
     """Return the PID that passed; raise Unhealthy saying how it failed, with the engine's own last lines."""
     from tenacity import Retrying, retry_if_exception_type, stop_after_delay
+
+    if target.worker is not None:
+        from ds4_converge.health.worker import wait_worker
+
+        return wait_worker(watch, watch.log_text, target.worker, deadline_s=target.deadline_s,
+                           soak_s=target.soak_s if soak else 0)[0]
 
     started = time.monotonic()
 

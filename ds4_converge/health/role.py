@@ -8,7 +8,7 @@ from ds4_converge.core.context import Context
 from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.service.guard import disarm
 from ds4_converge.core.plan import Change, RoleFailed, RolePlan
-from ds4_converge.health import bench, gate, warmup
+from ds4_converge.health import bench, gate, warmup, worker
 from ds4_converge.health.probe import NotReady, ProbeTarget, Unhealthy, check_models, wait_healthy
 from ds4_converge.engine.release import prune
 from ds4_converge.engine_knowledge import load as load_knowledge
@@ -16,12 +16,18 @@ from ds4_converge.service import start_log
 
 NAME = "probe"
 STAMP = re.compile(load_knowledge()["logs"]["stamp"])  # ds4-server's own lines begin with MMDD HH:MM:SS
+# b030961 ends a refused start with its own summary after the engine's reason ("ds4: distributed coordinator
+# sessions require the graph backend", then "ds4-server: failed to create cpu session 1/1")
+SUMMARY = re.compile(r"^ds4-server: failed to create \S+ session")
 
 
 def target(ctx: Context) -> ProbeTarget:
     health = ctx.spec.health
+    # what was started last (a revert starts last good, whatever the spec says now), else this spec's part
+    current, part = ctx.state.current, _worker(ctx)
+    listen = worker.listen_of(current.command) if current is not None else part.listen if part else None
     return ProbeTarget(endpoint=ctx.endpoint, deadline_s=health.deadline_s, soak_s=health.soak_s,
-                       interval_s=health.interval_s, smoke=health.smoke)
+                       interval_s=health.interval_s, smoke=None if listen else health.smoke, worker=listen)
 
 
 class Watch:
@@ -42,8 +48,13 @@ class Watch:
         return start_log.exits(self.start, self.name)
 
     def last_words(self) -> str:
-        lines = start_log.engine_lines(self.start, 1).strip()
-        return STAMP.sub("", lines)
+        lines = [STAMP.sub("", line) for line in start_log.engine_lines(self.start, 2).strip().splitlines()]
+        if len(lines) == 2 and SUMMARY.match(lines[1]):
+            return f"{lines[0]} ({lines[1]})"  # the reason is the line before ds4-server's summary of it
+        return lines[-1] if lines else ""
+
+    def log_text(self) -> str:
+        return start_log.engine_text(self.start)
 
     def last_lines(self) -> str:
         lines = start_log.engine_lines(self.start, 15)
@@ -56,6 +67,19 @@ def process_state(ctx: Context) -> Watch:
     return Watch(ctx)
 
 
+def _worker(ctx: Context):
+    """This box's distributed part when it is a worker (no HTTP API: its log and data port tell its health)."""
+    d = ctx.spec.distributed
+    return d if d is not None and d.worker else None
+
+
+def _probe_worker(ctx: Context, *, soak: bool = True) -> tuple[int, worker.WorkerState]:
+    watch = process_state(ctx)
+    health = ctx.spec.health
+    return worker.wait_worker(watch, watch.log_text, _worker(ctx).listen, deadline_s=health.deadline_s,
+                              soak_s=health.soak_s if soak else 0)
+
+
 def needs_full_probe(ctx: Context) -> bool:
     last_good = ctx.state.last_good
     return ctx.restart_needed or ctx.desired is None or not ctx.desired.same_config(last_good)
@@ -63,6 +87,9 @@ def needs_full_probe(ctx: Context) -> bool:
 
 def plan(ctx: Context) -> RolePlan:
     health = ctx.spec.health
+    part = _worker(ctx)
+    if part is not None:
+        return _plan_worker(ctx, part)
     if needs_full_probe(ctx):
         ladder = "/v1/models" + (", smoke answer" if health.smoke else "") + f", {health.soak_s:.0f}s soak"
         ladder += ", performance gate" if gate.enabled(health) else ""
@@ -85,6 +112,22 @@ def plan(ctx: Context) -> RolePlan:
     return RolePlan(NAME, reason=f"{ctx.endpoint} answers /v1/models; last good is {ctx.state.last_good.release}")
 
 
+def _plan_worker(ctx: Context, part) -> RolePlan:
+    where = f"worker {part.layers} (data port {part.listen}, coordinator {part.coordinator})"
+    if needs_full_probe(ctx):
+        ladder = f"its log says it is loaded, its data port accepts, {ctx.spec.health.soak_s:.0f}s soak"
+        return RolePlan(NAME, [Change(f"probe {where}: {ladder}; record last good", action=_probe)],
+                        reason=f"probe the new {where}")
+    state, pid, _ = process_state(ctx).state()
+    if state not in ("RUNNING", "STARTING"):
+        raise RoleFailed(f"{where} is not running (supervisord: {state})")
+    if not worker.data_port_open(part.listen):
+        return RolePlan(NAME, [Change(f"wait up to {ctx.spec.health.deadline_s:.0f}s for {where}: ds4-server (pid "
+                                      f"{pid}) is {state.lower()} but its data port does not accept yet",
+                                      action=_wait_again)], reason=f"wait for {where}")
+    return RolePlan(NAME, reason=f"{where} runs (pid {pid}); last good is {ctx.state.last_good.release}")
+
+
 def _wait_again(ctx: Context) -> str:
     """Last good, restarted by supervisord: it must answer again; nothing new to record."""
     ctx.say(f"waiting for {ctx.endpoint} (deadline {ctx.spec.health.deadline_s:.0f}s)")
@@ -96,14 +139,22 @@ def _wait_again(ctx: Context) -> str:
 
 
 def _probe(ctx: Context) -> str:
-    ctx.say(f"probing {ctx.endpoint} (deadline {ctx.spec.health.deadline_s:.0f}s, soak {ctx.spec.health.soak_s:.0f}s)")
+    part = _worker(ctx)
+    what = f"worker {part.layers} (data port {part.listen})" if part else ctx.endpoint
+    ctx.say(f"probing {what} (deadline {ctx.spec.health.deadline_s:.0f}s, soak {ctx.spec.health.soak_s:.0f}s)")
     try:
-        pid = wait_healthy(target(ctx), process_state(ctx))
+        if part:
+            pid, state = _probe_worker(ctx)
+        else:
+            pid = wait_healthy(target(ctx), process_state(ctx))
     except Unhealthy as exc:
         raise RoleFailed(f"release {ctx.desired.release} is not healthy: {exc}", exc.detail) from None
     crash_point("probed")
-    measured, said = performance_gate(ctx)
-    said += warm_up(ctx)
+    if part:  # no HTTP API: no gate, no warm-up; the coordinator's probe answers for the pair
+        measured, said = None, [f"worker up, {state.describe()}"]
+    else:
+        measured, said = performance_gate(ctx)
+        said += warm_up(ctx)
     ctx.state.bless(replace(ctx.desired.stamped(), bench=measured))
     ctx.state.save(ctx.layout.state_file)
     disarm(ctx.layout)  # proven and recorded: the switch is settled, the guard has nothing to bring back

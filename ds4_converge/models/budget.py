@@ -14,6 +14,9 @@ from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.units import GIB, gib
 
 OS_HEADROOM_BYTES = 8 * GIB
+# the engine flag that serves a model larger than memory by streaming its weights from SSD (b030961 has it, on
+# Metal/CUDA/ROCm; 8d57664 does not): named to the user only where the release's --help lists it
+SSD_STREAMING = "--ssd-streaming"
 
 Level = Literal["ok", "warn", "error"]
 
@@ -78,3 +81,18 @@ def _numbers(budget: Budget, mem_total_bytes: int, headroom_bytes: int) -> str:
     return (f"{' + '.join(parts)} = {gib(budget.total)} needed, "
             f"{gib(mem_total_bytes - headroom_bytes)} usable of {gib(mem_total_bytes)} RAM "
             f"({gib(headroom_bytes)} kept for the OS)")
+
+
+def short_but_warned(message: str) -> str:
+    """model.memory_budget: warn — the verdict said loudly, and that the run goes on anyway."""
+    return (f"memory budget {message}. model.memory_budget is warn, so the run goes on: the engine may be killed "
+            f"for memory, or make the host stop answering, once it touches more than fits")
+
+
+def streaming_hint(flags) -> str | None:
+    """What a release whose --help lists --ssd-streaming offers for a model that does not fit (None: nothing)."""
+    if SSD_STREAMING not in flags:
+        return None
+    return (f"the model set does not fit in memory (see models); this build has {SSD_STREAMING}, which streams "
+            f"the weights from SSD instead of keeping them all resident (Metal/CUDA/ROCm): add it to "
+            f"server.extra_args")

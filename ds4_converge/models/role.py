@@ -14,7 +14,7 @@ from ds4_converge.core.context import Context
 from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
 from ds4_converge.engine.server_args import ModelPaths
-from ds4_converge.models.budget import estimate, judge
+from ds4_converge.models.budget import estimate, judge, short_but_warned
 from ds4_converge.models.digests import check_in_place
 from ds4_converge.engine_knowledge import FORK, for_version, known_versions
 from ds4_converge.models.gguf import judge_files
@@ -97,6 +97,10 @@ def budget_findings(ctx: Context) -> list[Finding]:
     budget = estimate(sum(sizes[s] for s in weights_slots), ctx.spec.server.ctx,
                       drafter_bytes=sizes["dspark"] if speculative == "dspark" else 0)
     level, message = judge(budget, _mem_total(ctx))
+    ctx.memory_short = None
+    if level == "error" and ctx.spec.model.memory_budget == "warn":
+        ctx.memory_short = message
+        return [Finding("warning", short_but_warned(message))]
     return [Finding({"ok": "info", "warn": "warning", "error": "error"}[level], f"memory budget {message}")]
 
 

@@ -35,16 +35,19 @@ def desired_deployment(ctx: Context) -> Deployment:
     _check_models_for(ctx)
     kv_dir = ctx.host_path(server.kv_disk_dir) if server.kv_disk_dir else None
     try:
-        argv = server_argv(ctx.release, server, ctx.models, kv_dir)
+        argv = server_argv(ctx.release, server, ctx.models, kv_dir, ctx.spec.distributed)
     except UnsupportedSettings as exc:
         raise RoleFailed(str(exc)) from None
     env = {LOCK_ENV: str(ctx.layout.engine_lock(server.name)), **ctx.service_env, **server.env}
+    worker = ctx.spec.distributed is not None and ctx.spec.distributed.worker
     # `env K=V … ds4-server`: every value is passed through shlex quoting, none through INI key=value parsing
     command = [shutil.which("env") or "/usr/bin/env", *(f"{k}={v}" for k, v in sorted(env.items())), *argv]
     try:
         conf = render.program_conf(name=server.name, release=ctx.release.id, argv=command,
                                    directory=str(ctx.release.path), log=str(ctx.layout.engine_log(server.name)),
-                                   user=server.user, stop_wait_s=server.stop_wait_s, cache=ctx.renders)
+                                   user=server.user, stop_wait_s=switch.stop_grace(ctx.spec),
+                                   ignores_first_term=worker,
+                                   cache=ctx.renders)
     except render.UnsafeValue as exc:
         raise RoleFailed(f"cannot render the program config: {exc}") from None
     files = [str(p) for p in (getattr(ctx.models, slot) for slot in SLOTS) if p]
@@ -242,7 +245,7 @@ def _cold_start(ctx: Context, *, deployment: Deployment, unit: Path | None) -> s
     prepare_engine_lock(ctx)
     ctx.switched = True  # nothing of ours runs now; from here a failure reverts to last good
     # supervisord starts the guard (autostart) with the engine: it watches this intent from then on
-    guard.arm(ctx.layout, None, name=name, grace=ctx.spec.server.stop_wait_s, fallback=ctx.state.last_good)
+    guard.arm(ctx.layout, None, name=name, grace=switch.stop_grace(ctx.spec), fallback=ctx.state.last_good)
     crash_point("intent")
     deployment = deployment.stamped()
     ctx.state.current = deployment

@@ -38,6 +38,11 @@ def engine_lines(start: StartMark, lines: int = 15) -> str:
     return "".join(deque(_since(start.engine_log, start.engine_offset).splitlines(keepends=True), maxlen=lines))
 
 
+def engine_text(start: StartMark) -> str:
+    """Everything this start wrote to the engine log."""
+    return _since(start.engine_log, start.engine_offset)
+
+
 def exits(start: StartMark, name: str) -> list[str]:
     """How the engine ended, each time since the start: 'exit status 1', 'terminated by SIGSEGV', …"""
     pattern = re.compile(rf"\bexited: {re.escape(name)} \((.+?); (?:not )?expected\)")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import http.client
+import contextlib
 import os
 import signal
 import socket
@@ -174,11 +175,18 @@ class Supervisor:
         return info["pid"] if info and info["statename"] == "RUNNING" and info["pid"] else None
 
     def stop(self, name: str, grace: float) -> None:
-        """SIGTERM through supervisord, then wait until the whole process group is gone (GPU memory with it)."""
+        """SIGTERM through supervisord, then wait until the whole process group is gone (GPU memory with it).
+
+        A ds4 distributed worker only notes the first SIGTERM (its loop never reads the flag) and exits 130 on
+        the second: its program file says so (IGNORES_FIRST_TERM), and it gets one SIGTERM here first."""
         info = self.info(name)
         if info is None:
             return
         pgid = info["pid"] or None
+        if info["statename"] == "RUNNING" and self._ignores_first_term(name):
+            with contextlib.suppress(xmlrpc.client.Fault):
+                self._rpc().signalProcess(name, "TERM")
+                time.sleep(0.05)  # its handler has run before supervisord's SIGTERM arrives
         try:
             self._rpc().stopProcess(name, True)
         except xmlrpc.client.Fault as fault:
@@ -186,6 +194,12 @@ class Supervisor:
                 raise
         if pgid:
             wait_group_gone(pgid, grace)
+
+    def _ignores_first_term(self, name: str) -> bool:
+        try:
+            return IGNORES_FIRST_TERM in self.layout.program_conf(name).read_text()
+        except OSError:
+            return False
 
     def load(self, name: str) -> None:
         """Make supervisord run the program file as written now: re-read, replace the group, start it."""
@@ -249,6 +263,10 @@ class Supervisor:
         except xmlrpc.client.Fault as fault:
             if fault.faultCode != _faults().BAD_NAME:
                 raise
+
+
+#: the line a program file carries when its process needs a second SIGTERM to stop (written by service/render.py)
+IGNORES_FIRST_TERM = "; stop: this process ignores the first SIGTERM (a ds4 distributed worker)"
 
 
 def _alive(pid: int) -> bool:

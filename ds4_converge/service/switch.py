@@ -18,6 +18,14 @@ from ds4_converge.core.state import Deployment
 from ds4_converge.service import drain, guard, start_log
 from ds4_converge.service.render import read_program_conf
 
+
+def stop_grace(spec) -> int:
+    """How long a stop waits before SIGKILL: server.stop_wait_s, or a distributed worker's short stop_grace_s
+    (it holds no HTTP requests and writes no KV checkpoint; its second SIGTERM ends it at once)."""
+    d = spec.distributed
+    return int(d.stop_grace_s) if d is not None and d.worker else spec.server.stop_wait_s
+
+
 def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -> None:
     """Stop what runs (whole process group) once it is idle, then start `deployment` exactly as recorded.
 
@@ -27,10 +35,10 @@ def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -
     if ctx.supervisor.running_pid(name):  # the engine cuts a generation on SIGTERM: wait until it is idle
         running = ctx.state.current.endpoint if ctx.state.current else ctx.endpoint
         ctx.drained = drain.wait_idle(running, ctx.spec.server.drain_s, say=ctx.say)
-    guard.arm(ctx.layout, ctx.supervisor, name=name, grace=ctx.spec.server.stop_wait_s,
+    guard.arm(ctx.layout, ctx.supervisor, name=name, grace=stop_grace(ctx.spec),
               fallback=ctx.state.last_good)
     crash_point(f"{step}intent")
-    ctx.supervisor.stop(name, grace=ctx.spec.server.stop_wait_s)
+    ctx.supervisor.stop(name, grace=stop_grace(ctx.spec))
     crash_point(f"{step}old-stopped")
     ctx.state.current = deployment
     ctx.state.save(ctx.layout.state_file)
@@ -56,7 +64,7 @@ def revert(ctx: Context) -> Revert:
     name, last_good, failed = ctx.spec.server.name, ctx.state.last_good, ctx.desired
     if last_good is None:
         if ctx.supervisor.is_running():
-            ctx.supervisor.stop(name, grace=ctx.spec.server.stop_wait_s)
+            ctx.supervisor.stop(name, grace=stop_grace(ctx.spec))
         ctx.state.current = None
         ctx.state.save(ctx.layout.state_file)
         return Revert(None, "no last good release to revert to (first install): the engine is left stopped")

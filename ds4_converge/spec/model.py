@@ -113,6 +113,10 @@ class Model(Strict):
     mtp: ModelFile | None = None
     dspark: ModelFile | None = None
     remove_unused: bool = Field(False, description="delete model files no release uses any more")
+    memory_budget: Literal["enforce", "warn"] = Field(
+        "enforce", description="a model set that does not fit in memory: enforce refuses it before anything changes; "
+                               "warn reports it loudly and goes on (an engine that streams weights, e.g. with "
+                               "--ssd-streaming, or a test with a sparse model)")
 
 
 class Speculative(Strict):
@@ -209,6 +213,72 @@ class Paths(Strict):
                                              "/ . _ + @ , : = ~ - only (it is written unquoted into config files)")
 
 
+class Address(Strict):
+    """A TCP address of the distributed protocol (not the HTTP API)."""
+
+    host: SafeStr = Field(description="host name or IP address")
+    port: Int = Field(ge=1, le=65535)
+
+    @field_validator("host")
+    @classmethod
+    def _host_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,253}", value):
+            raise ValueError(f"{value!r}: a host name or an IP address")
+        return value
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class Distributed(Strict):
+    """This box's part in a distributed deployment (ds4 b030961 `--role/--layers/--listen/--coordinator`).
+
+    The layer ranges of all boxes together must cover every layer once, and end in the output head:
+    `ds4-converge deployment-check SPEC...` checks that across the specs of one deployment."""
+
+    role: Literal["coordinator", "worker"] = Field(description="--role: the coordinator serves the HTTP API and "
+                                                               "drives the workers; a worker serves a layer range")
+    layers: SafeStr = Field(description="--layers A:B, inclusive (e.g. 0:21), or A:output (through the last "
+                                        "layer, with the output head)")
+    listen: Address = Field(description="--listen: the coordinator's address for its workers, or a worker's data "
+                                        "listener (the tool checks that a worker listens there)")
+    coordinator: Address | None = Field(None, description="--coordinator: where a worker reaches its coordinator")
+    stop_grace_s: Int = Field(5, ge=1, le=600, description="a worker ignores the first SIGTERM: stopping it "
+                                  "sends a second one, and SIGKILL after this many seconds")
+
+    @field_validator("layers", mode="before")
+    @classmethod
+    def _quoted(cls, value):
+        if isinstance(value, int) and not isinstance(value, bool):
+            raise ValueError("quote the range: '0:21' (a YAML 1.1 reader takes 0:21 for a number)")
+        return value
+
+    @field_validator("layers")
+    @classmethod
+    def _range(cls, value: str) -> str:
+        from ds4_converge.spec.layers import parse_layers
+
+        parse_layers(value)  # raises ValueError with the engine's own wording
+        return value
+
+    @model_validator(mode="after")
+    def _role_needs(self) -> Distributed:
+        from ds4_converge.spec.layers import parse_layers
+
+        if self.role == "coordinator":
+            if self.coordinator is not None:
+                raise FieldProblem("coordinator", "a coordinator takes no coordinator address (it listens on listen)")
+            if parse_layers(self.layers).start != 0:
+                raise FieldProblem("layers", "the coordinator's layer range must start at layer 0")
+        elif self.coordinator is None:
+            raise FieldProblem("coordinator", "a worker needs the coordinator's address (coordinator: {host, port})")
+        return self
+
+    @property
+    def worker(self) -> bool:
+        return self.role == "worker"
+
+
 class Spec(Strict):
     engine: Engine
     toolchain: Toolchain = Toolchain()
@@ -216,6 +286,17 @@ class Spec(Strict):
     server: Server = Server()
     health: Health = Health()
     paths: Paths = Paths()
+    distributed: Distributed | None = Field(None, description="this box's part in a distributed deployment "
+                                                              "(ds4 b030961 and later)")
+
+    @model_validator(mode="after")
+    def _distributed_ports(self) -> Spec:
+        d = self.distributed
+        if d is not None and d.listen.port == self.server.port:
+            raise FieldProblem("distributed.listen.port",
+                               f"port {d.listen.port} is server.port (the HTTP API): the distributed protocol needs "
+                               f"its own port")
+        return self
 
     @model_validator(mode="after")
     def _speculation_has_files(self) -> Spec:

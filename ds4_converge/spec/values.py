@@ -38,6 +38,8 @@ MANAGED_FLAGS = {
     "-t": "server.threads", "--threads": "server.threads",
     "--warm-weights": "server.warm_weights",
     "--kv-disk-dir": "server.kv_disk_dir", "--kv-disk-space-mb": "server.kv_disk_space_mb",
+    "--role": "distributed.role", "--layers": "distributed.layers", "--listen": "distributed.listen",
+    "--coordinator": "distributed.coordinator",
     "--mtp": "server.speculative", "--mtp-draft": "server.speculative.draft",
     "--mtp-margin": "server.speculative.margin", "--dspark": "server.speculative",
     "--no-spec": "server.speculative", "--no-mtp": "server.speculative", "--no-dspark": "server.speculative",

@@ -13,6 +13,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import ds4_common as C
+import ds4_distributed as D
 import ds4_gen as G
 import ds4_speed as S
 
@@ -126,7 +127,10 @@ def flavour():
 
 def cli():
     fork = flavour() == "fork"
-    return C.Options("ds4-server", [o for o in OPTIONS if fork or isinstance(o, str) or not o.fork])
+    table = [o for o in OPTIONS if fork or isinstance(o, str) or not o.fork]
+    if D.enabled():  # distributed mode (ds4_distributed.py): its flags on the help page
+        table += D.HELP.splitlines()
+    return C.Options("ds4-server", table)
 
 
 def parse_options(argv):
@@ -897,7 +901,8 @@ def main(argv=None):
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     except (AttributeError, ValueError):
         pass
-    o = parse_options(sys.argv[1:] if argv is None else argv)
+    argv, distributed = D.split(sys.argv[1:] if argv is None else argv)
+    o = parse_options(argv)
     STATE = State(o)
     st = STATE
     st.fault = C.fault()
@@ -968,6 +973,11 @@ def main(argv=None):
     # Like the real engine, a first SIGTERM does not interrupt the load (nothing in it looks at the flag):
     # the server finishes loading, binds, and only then shuts down. A second signal exits 130 at once.
     C.simulate_load(g, backend, o["warm"], lambda: False, hang=st.fault[0] == "hang")
+
+    if distributed and distributed["--role"] == "worker":
+        D.run_worker(distributed)  # no HTTP; ends by a second signal, as the real worker does
+    if distributed:
+        D.run_coordinator(distributed)  # returns once the workers complete the route
 
     ctx = o["ctx"]
     C.log("ds4-server: context buffers %.2f MiB (ctx=%d, backend=%s, prefill_chunk=2048, raw_kv_rows=128, "

@@ -1,5 +1,6 @@
-"""The Ansible module `ds4_converge` and the role's interface, run by real Ansible (no ssh, no molecule).
+"""The Ansible module `ds4.converge.ds4_converge` and the role's interface, run by real Ansible (no ssh, no molecule).
 
+The collection is this checkout, linked into build/collections (`make collection`; ansible.cfg looks there).
 Documentation: `ansible-doc` shows the module and the role from the repository root, and what it documents is
 what Ansible validates (options, types, defaults; the role's defaults). Behaviour: the module run by `ansible`
 with a local connection against the simulated engine's repository - check mode plans without touching the spec
@@ -24,11 +25,19 @@ from boxes import MODEL, free_port
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 ROLE = REPO / "roles" / "ds4_converge"
-LIBRARY = ROLE / "library"
+LIBRARY = REPO / "plugins" / "modules"
+MODULE = "ds4.converge.ds4_converge"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ansible") is None,
                                 reason="fleet extra not installed: pip install -e '.[test,fleet]'")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def collection():
+    from test_molecule import link_collection
+
+    link_collection()
 
 
 @pytest.fixture
@@ -48,8 +57,8 @@ def _run(argv: list[str], env: dict, cwd: Path = REPO) -> subprocess.CompletedPr
 def _module(env: dict, args: dict, *flags: str) -> tuple[dict, str]:
     """One ad-hoc run of the module on localhost: its result (ansible --tree), and what Ansible printed."""
     tree = Path(env["ANSIBLE_HOME"]) / "tree"
-    proc = _run([str(BIN / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-M", str(LIBRARY),
-                 "-e", f"ansible_python_interpreter={sys.executable}", "--tree", str(tree), "-m", "ds4_converge",
+    proc = _run([str(BIN / "ansible"), "localhost", "-i", "localhost,", "-c", "local",
+                 "-e", f"ansible_python_interpreter={sys.executable}", "--tree", str(tree), "-m", MODULE,
                  "-a", json.dumps(args), *flags], env)
     try:
         result = json.loads((tree / "localhost").read_text())
@@ -79,11 +88,11 @@ def spec(tmp_path, sim_repo) -> dict:
 
 
 def test_ansible_doc_shows_the_module_from_the_repository_root(ansible_env):
-    proc = _run([str(BIN / "ansible-doc"), "ds4_converge"], ansible_env)  # ansible.cfg: library = roles/…/library
+    proc = _run([str(BIN / "ansible-doc"), MODULE], ansible_env)  # ansible.cfg: collections_path = build/collections
     assert proc.returncode == 0, proc.stderr
     text = ANSI.sub("", proc.stdout)
-    assert f"MODULE ds4_converge ({LIBRARY / 'ds4_converge.py'})" in text
-    for option in ("spec", "path", "mode", "overrides", "executable"):
+    assert f"MODULE {MODULE} (" in text and "plugins/modules/ds4_converge.py)" in text
+    for option in ("spec", "path", "mode", "overrides", "executable", "state"):
         assert re.search(rf"^[-=\s]+{option}\s", text, re.MULTILINE), option
     assert "EXAMPLES:" in text and "Converge this Spark" in text and "overrides: [server.ctx=65536]" in text
     assert "RETURN VALUES:" in text and "reverted" in text
@@ -92,9 +101,9 @@ def test_ansible_doc_shows_the_module_from_the_repository_root(ansible_env):
 
 def test_documented_options_are_the_validated_ones(ansible_env):
     """What ansible-doc shows is what AnsibleModule checks: names, types, defaults, aliases, elements."""
-    proc = _run([str(BIN / "ansible-doc"), "--json", "-M", str(LIBRARY), "ds4_converge"], ansible_env)
+    proc = _run([str(BIN / "ansible-doc"), "--json", MODULE], ansible_env)
     assert proc.returncode == 0, proc.stderr
-    documented = json.loads(proc.stdout)["ds4_converge"]
+    documented = json.loads(proc.stdout)[MODULE]
     validated = _module_source().ARGUMENT_SPEC
     assert set(documented["doc"]["options"]) == set(validated)
     for name, spec in validated.items():
@@ -115,7 +124,7 @@ def test_role_documents_every_variable_it_defaults(ansible_env):
         assert options[name]["default"] == value, name
     for name, option in specs["status"]["options"].items():
         assert option["default"] == defaults[name], name
-    proc = _run([str(BIN / "ansible-doc"), "-t", "role", "ds4_converge"], ansible_env)
+    proc = _run([str(BIN / "ansible-doc"), "-t", "role", MODULE], ansible_env)
     assert proc.returncode == 0, proc.stderr
     text = ANSI.sub("", proc.stdout)
     assert re.search(r"ENTRY POINT: \W?main\W? - ", text) and re.search(r"ENTRY POINT: \W?status\W? - ", text)
@@ -194,3 +203,28 @@ def test_a_crash_of_the_tool_is_named_by_what_it_died_of(ansible_env, spec, tmp_
     assert result["msg"] == ("ds4-converge exited 1 (failed): crashed: TypeError: it broke"
                              f" | details: ds4-converge logs {tmp_path}/spec.yaml")
     assert "File \"x.py\", line 1" in result["stderr"] and "report" not in result
+
+
+def test_stopped_and_rolled_back_on_a_box(ansible_env, spec, tmp_path):
+    """state: stopped and rolled_back run the tool's stop and rollback; check mode predicts them from status."""
+    common = {"spec": spec, "path": str(tmp_path / "spec.yaml"), "executable": str(BIN / "ds4-converge")}
+    result, _ = _module(ansible_env, dict(common, state="rolled_back"), "--check")
+    assert result["failed"] is True and result["rc"] == 4, result  # never converged: nothing to roll back to
+    assert "never converged" in result["msg"]
+    result, _ = _module(ansible_env, dict(common, state="stopped"), "--check")
+    assert result["failed"] is False and result["changed"] is True, result  # only the spec file would change
+    result, _ = _module(ansible_env, common)
+    assert result["failed"] is False and result["changed"] is True and result["release"], result
+    try:
+        result, _ = _module(ansible_env, dict(common, state="rolled_back"))
+        assert result["failed"] is True and result["rc"] == 1, result  # no earlier good release
+        assert result["cmd"][1:3] == ["rollback", common["path"]]
+        result, _ = _module(ansible_env, dict(common, state="stopped"), "--check")
+        assert (result["failed"], result["changed"]) == (False, True), result
+        assert result["report"]["pid"], result  # the status it asked
+        result, _ = _module(ansible_env, dict(common, state="stopped"))
+        assert (result["failed"], result["changed"]) == (False, True) and result["report"]["stopped"], result
+        result, _ = _module(ansible_env, dict(common, state="stopped"))
+        assert (result["failed"], result["changed"]) == (False, False), result  # stopped already
+    finally:
+        subprocess.run([str(BIN / "ds4-converge"), "stop", common["path"]], capture_output=True, timeout=60)

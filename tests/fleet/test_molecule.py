@@ -27,7 +27,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-SCENARIO_TIMEOUT_S = 600
+SCENARIO_TIMEOUT_S = 1200
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # where molecule, Ansible, ansible-compat, pip and ssh keep things in a home directory (other tools on PATH may
 # write there when merely asked their version: pip asks rustc, and rustup's rustc writes ~/.rustup)
@@ -67,6 +67,16 @@ def _env(scratch: Path) -> dict[str, str]:
     return env
 
 
+def link_collection() -> None:
+    """The collection ds4.converge is this checkout: build/collections holds a link to it (`make collection`)."""
+    link = REPO / "build" / "collections" / "ansible_collections" / "ds4" / "converge"
+    if not link.is_symlink() or link.resolve() != REPO:
+        link.parent.mkdir(parents=True, exist_ok=True)
+        tmp = link.with_name(f".converge.{os.getpid()}")
+        tmp.symlink_to("../../../..")
+        os.replace(tmp, link)
+
+
 def _molecule(env: dict[str, str], *args: str, timeout: float) -> subprocess.CompletedProcess:
     # the shared base config named explicitly: molecule finds it on its own only at the root of a git checkout
     molecule = str(BIN / "molecule") if (BIN / "molecule").exists() else "molecule"
@@ -87,9 +97,16 @@ def test_openssh_client_is_installed():
     assert not missing, f"{missing} not found: install the OpenSSH client (Debian: apt-get install openssh-client)"
 
 
+def test_haproxy_is_installed():
+    """The haproxy scenario runs the distribution's HAProxy (as the test user; its system service is not used)."""
+    assert shutil.which("haproxy") or Path("/usr/sbin/haproxy").exists(), (
+        "haproxy not found: install it (Debian: apt-get install haproxy; .ci/fleet-deps.sh does)")
+
+
 @pytest.mark.timeout(SCENARIO_TIMEOUT_S + 120)
-@pytest.mark.parametrize("scenario", ["default", "canary"])
+@pytest.mark.parametrize("scenario", ["default", "canary", "haproxy"])
 def test_molecule_scenario(scenario, scratch):
+    link_collection()
     env = _env(scratch)
     # Ansible also finds the account's home without $HOME (`echo ~USER` for its temporary directories): where
     # that home has no .ansible or .ssh yet, it must have none afterwards either

@@ -74,3 +74,26 @@ def test_error_wins_over_warn():
 def test_invalid_input():
     with pytest.raises(ValueError):
         estimate(Q2_WEIGHTS, 0)
+
+
+def test_a_warned_budget_says_it_goes_on_and_names_ssd_streaming_only_where_the_build_has_it():
+    from ds4_converge.models.budget import SSD_STREAMING, short_but_warned, streaming_hint
+
+    level, message = judge(estimate(Q2_WEIGHTS, 32768), 24 * GIB)
+    assert level == "error"
+    warned = short_but_warned(message)
+    assert warned.startswith("memory budget does not fit: weights 81.0 GiB") and "the run goes on" in warned
+    assert streaming_hint({"--port", "--ctx"}) is None  # 8d57664: nothing to offer
+    hint = streaming_hint({"--port", SSD_STREAMING})
+    assert SSD_STREAMING in hint and "server.extra_args" in hint
+
+
+def test_memory_budget_defaults_to_enforce_and_takes_warn_only():
+    from pydantic import ValidationError
+
+    from ds4_converge.spec.model import Model
+
+    assert Model(main="/m.gguf").memory_budget == "enforce"
+    assert Model(main="/m.gguf", memory_budget="warn").memory_budget == "warn"
+    with pytest.raises(ValidationError):
+        Model(main="/m.gguf", memory_budget="ignore")

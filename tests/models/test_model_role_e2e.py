@@ -90,6 +90,19 @@ def test_a_context_that_cannot_fit_is_refused_with_numbers(box):
     assert not (box.root / "releases").exists()
 
 
+def test_with_memory_budget_warn_a_model_that_cannot_fit_is_reported_loudly_and_the_run_goes_on(box):
+    rc, document = box.converge("--set", "server.ctx=16000000", "--set", "model.memory_budget=warn")
+    assert rc == 0 and document["ok"], document
+    models = next(r for r in document["roles"] if r["name"] == "models")
+    (warning,) = [w for w in models["warnings"] if "does not fit" in w]
+    assert "ctx 16000000" in warning and "model.memory_budget is warn, so the run goes on" in warning
+    engine = next(r for r in document["roles"] if r["name"] == "engine")
+    assert not any("--ssd-streaming" in w for w in engine["warnings"])  # the simulated build has no such flag
+    assert box.status()["pid"] is not None
+    text = box.cli(str(box.spec_path), "--set", "server.ctx=16000000", "--set", "model.memory_budget=warn")
+    assert text.returncode == 0 and "does not fit" in text.stdout + text.stderr, text.stdout
+
+
 def test_check_mode_shows_the_memory_budget(box):
     proc = box.cli(str(box.spec_path), "--check")
     assert proc.returncode == 0 and "memory budget fits" in proc.stdout, proc.stdout

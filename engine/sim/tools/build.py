@@ -16,7 +16,7 @@ import sys
 import zipapp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODULES = ["ds4_common.py", "ds4_gen.py", "ds4_speed.py", "ds4_server.py"]
+MODULES = ["ds4_common.py", "ds4_gen.py", "ds4_speed.py", "ds4_server.py", "ds4_distributed.py"]
 PROGRAMS = {"ds4-server": "ds4_server"}
 C_UNITS = ["ds4.c", "ds4_kvstore.c", "ds4_server.c"]
 

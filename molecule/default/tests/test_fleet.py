@@ -1,4 +1,4 @@
-"""Every Spark of the fleet serves v0.2.0 after playbooks/canary.yml: checked on the host, over the same ssh.
+"""Every Spark of the fleet serves v0.2.0 after ds4.converge.canary: checked on the host, over the same ssh.
 
 Run by molecule's testinfra verifier (pytest --ansible-inventory ... --connection ansible, through the fleet's
 ssh_config); each test runs once per host of the inventory.
@@ -49,7 +49,7 @@ def test_spec_on_the_host_is_the_inventory_spec(host, box):
 def test_tool_is_the_wheel_built_from_this_repository(host, box):
     """Installed from the pushed wheel into the host's venv: not the project's editable install, not an index."""
     wheels = sorted((PROJECT / "build" / "wheels").glob("ds4_converge-*.whl"))
-    assert wheels, "playbooks/wheel.yml kept no wheel in build/wheels"
+    assert wheels, "the role's wheel entry point kept no wheel in build/wheels"
     pushed = host.file(f"{box['venv']}/wheels/{wheels[-1].name}")
     assert pushed.exists and pushed.sha256sum == hashlib.sha256(wheels[-1].read_bytes()).hexdigest()
     installed = host.file(f"{box['venv']}/wheels/installed.sha1").content_string.strip()
@@ -94,8 +94,48 @@ def test_models_endpoint_answers_on_the_host(host, box):
     assert "deepseek-v4-flash" in json.loads(out)
 
 
+def nested(name: str) -> dict:
+    """A nested ansible-playbook run of side_effect.yml: rc, stdout, stderr."""
+    return json.loads((FLEET_DIR / f"{name}.json").read_text())
+
+
+def recap(output: str) -> dict:
+    """{host: {ok: N, changed: N, ...}} from a PLAY RECAP."""
+    found = {}
+    for line in output.split("PLAY RECAP", 1)[1].splitlines()[1:]:
+        if ":" in line:
+            host, counts = line.split(":", 1)
+            found[host.strip()] = {k: int(v) for k, v in (pair.split("=") for pair in counts.split())}
+    return found
+
+
+def test_check_on_the_converged_fleet_changes_nothing(box):
+    run = nested("check")
+    assert run["rc"] == 0, run["stdout"][-3000:]
+    counts = recap(run["stdout"])
+    assert counts[box["name"]]["changed"] == 0 and counts[box["name"]]["failed"] == 0, run["stdout"][-3000:]
+
+
+def test_limit_runs_the_one_box_and_builds_the_wheel(box):
+    run = nested("limit")
+    assert run["rc"] == 0, run["stdout"][-3000:]
+    counts = recap(run["stdout"])
+    assert set(counts) == {"spark2"}, counts  # the wheel was built delegated to localhost, outside the limit
+    assert counts["spark2"]["changed"] == 0 and counts["spark2"]["failed"] == 0
+    assert "Build, then keep the wheel" in run["stdout"] or "Build the wheel" in run["stdout"]
+
+
+def test_status_table_names_every_box(box, status):
+    output = nested("status-run")["stdout"]
+    header = next(line for line in output.splitlines() if "BOX" in line and "RELEASE" in line)
+    for column in ("HEALTHY", "LAST GOOD", "LAST REVERT", "DECODE TOK/S"):
+        assert column in header
+    row = next(line for line in output.splitlines() if line.strip(' "').startswith(box["name"] + " "))
+    assert status["release"] in row and " yes " in row
+
+
 def test_fleet_status_playbook_wrote_this_host(box, status):
-    """playbooks/status.yml (side_effect.yml) wrote one row per host with what the host itself says."""
+    """ds4.converge.status (side_effect.yml) wrote one row per host with what the host itself says."""
     document = json.loads((FLEET_DIR / "status.json").read_text())
     rows = {row["host"]: row for row in document["hosts"]}
     assert set(rows) == {"spark1", "spark2", "spark3"}

@@ -1,24 +1,37 @@
 #!/usr/bin/python
-# Copyright (c) ds4-converge contributors. MIT License (see LICENSE at the repository root).
-"""Ansible module ds4_converge: write a host's spec and run `ds4-converge SPEC --json` there.
+# -*- coding: utf-8 -*-
+# Copyright (c) ds4-converge contributors
+# MIT License (see LICENSE at the repository root, or https://opensource.org/licenses/MIT)
+# SPDX-License-Identifier: MIT
+"""Ansible module ds4.converge.ds4_converge: write a host's spec and run `ds4-converge` on it there.
 
 It talks to the tool only through its command line and the JSON document `--json` prints (the CLI contract in
 the project README), never through its Python package, so it keeps working whatever the package looks like
 inside and whichever Python the tool was installed with.
 """
-from __future__ import annotations
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
 module: ds4_converge
-short_description: Converge a DGX Spark to a ds4-converge spec (build, serve, probe, revert on failure)
-author: ds4-converge contributors
+short_description: Converge, stop or roll back a DGX Spark with ds4-converge (build, serve, probe, revert)
+version_added: 0.1.0
+author: ds4-converge maintainers (@ds4-converge)
 description:
-  - Writes the host's spec to O(path) and runs C(ds4-converge PATH --json) on the host. The tool does the work
+  - Writes the host's spec to O(path) and runs C(ds4-converge PATH --json) on the host (O(state=converged)),
+    C(ds4-converge stop PATH --json) (O(state=stopped)) or C(ds4-converge rollback PATH --json)
+    (O(state=rolled_back)). The tool does the work
     (build the engine release, switch the supervisord program, probe C(/v1/models) and a smoke answer, soak,
     record the release as last good) and B(reverts to the last good release) when the new one fails its probe.
-  - The task is C(changed) when the spec file changed or the tool changed anything (its report's C(changed)).
-    A second run on a converged host changes nothing and does not restart the engine.
+  - O(state=converged) - the tool does the work
+    (see below). The task is C(changed) when the spec file changed or the tool changed anything (its
+    report's C(changed)). A second run on a converged host changes nothing and does not restart the engine.
+  - O(state=stopped) - the engine and the supervisord ds4-converge started are stopped (nothing else); C(changed)
+    when something ran. A second run changes nothing.
+  - O(state=rolled_back) - back to last good (when what runs is not last good), or from last good to the good
+    release before it, through the same probe. An action, not a state - every run that rolls back is
+    C(changed); a host that was never converged fails.
   - When the tool fails the task fails with the tool's own message, whether it reverted and which release
     serves now (RV(reverted), RV(release)).
   - Drives the tool through its command line and JSON report only; the tool must be installed on the host
@@ -56,21 +69,31 @@ options:
       - The C(ds4-converge) command on the host.
       - By default it is looked up on E(PATH), then in C(/opt/ds4-converge/bin).
     type: path
+  state:
+    description:
+      - V(converged) - build, switch, probe, revert on a failed probe (C(ds4-converge PATH)).
+      - V(stopped) - stop the engine and its supervisord (C(ds4-converge stop PATH)).
+      - V(rolled_back) - back to the previous good release, through the probe (C(ds4-converge rollback PATH)).
+    type: str
+    choices: [converged, stopped, rolled_back]
+    default: converged
+extends_documentation_fragment:
+  - ds4.converge.attributes
 attributes:
   check_mode:
     support: full
     details:
-      - Runs C(ds4-converge --check) against the new spec, which plans without changing any file or process.
-        The new spec is written to a scratch file beside O(path) (so relative paths resolve the same) and
-        removed again; the real spec file is not touched.
+      - O(state=converged) runs C(ds4-converge --check) against the new spec, which plans without changing any
+        file or process. The new spec is written to a scratch file beside O(path) (so relative paths resolve
+        the same) and removed again; the real spec file is not touched.
+      - O(state=stopped) and O(state=rolled_back) ask C(ds4-converge status) (read-only) whether anything
+        runs, or whether there is a release to roll back to.
   diff_mode:
     support: full
     details:
-      - The spec file's before and after, and the tool's unified diffs (C(--diff)) of every rendered file and
-        command line it changes or would change (supervisord and program files, the engine's command line,
-        the release it builds).
-  platform:
-    platforms: posix
+      - The spec file's before and after, and for O(state=converged) the tool's unified diffs (C(--diff)) of
+        every rendered file and command line it changes or would change (supervisord and program files, the
+        engine's command line, the release it builds).
 notes:
   - Exit codes of the tool map onto the task - 0 ok or changed; 1 failed, reverted or not (RV(reverted));
     2 invalid spec (the messages name file, line and field); 3 another run holds the lock of this root.
@@ -80,7 +103,7 @@ notes:
 
 EXAMPLES = r"""
 - name: Converge this Spark (build, switch, probe; reverts on its own when the new engine is not healthy)
-  ds4_converge:
+  ds4.converge.ds4_converge:
     path: /etc/ds4-converge/spec.yaml
     spec:
       engine:
@@ -98,16 +121,24 @@ EXAMPLES = r"""
     msg: "{{ converged.release }} at {{ converged.endpoint }}"
 
 - name: Use the spec file already on the host, with a larger context for this run
-  ds4_converge:
+  ds4.converge.ds4_converge:
     path: /etc/ds4-converge/spec.yaml
     overrides: [server.ctx=65536]
     executable: /opt/ds4-converge/bin/ds4-converge
 
 - name: Plan only (same as running the play with --check --diff)
-  ds4_converge:
+  ds4.converge.ds4_converge:
     spec: "{{ ds4_converge_spec }}"
   check_mode: true
   diff: true
+
+- name: Stop the engine (and the supervisord ds4-converge started)
+  ds4.converge.ds4_converge:
+    state: stopped
+
+- name: Put the previous good release back, through the probe
+  ds4.converge.ds4_converge:
+    state: rolled_back
 """
 
 RETURN = r"""
@@ -130,9 +161,15 @@ spec_changed:
   description: The spec file was (or, in check mode, would be) rewritten.
   returned: always
   type: bool
+state:
+  description: The O(state) asked for.
+  returned: always
+  type: str
+  sample: converged
 report:
   description:
-    - The tool's JSON report - C(ok), C(changed), C(reverted), C(release), C(endpoint), C(error), C(detail), and
+    - The tool's JSON report (in check mode for O(state=stopped) and O(state=rolled_back), the one of
+      C(ds4-converge status)). For O(state=converged) - C(ok), C(changed), C(reverted), C(release), C(endpoint), C(error), C(detail), and
       C(roles), one entry per role (preflight, toolchain, models, engine, service, probe) with its C(status),
       C(msg), C(changes), C(warnings) and C(notes). The roles' diffs are left out (diff mode shows them).
   returned: when the tool printed its report
@@ -170,14 +207,18 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-MEANING = {1: "failed", 2: "invalid spec or usage", 3: "another ds4-converge run holds the lock of this root"}
+MEANING = {1: "failed", 2: "invalid spec or usage", 3: "another ds4-converge run holds the lock of this root",
+           4: "never converged under this root"}
 ARGUMENT_SPEC = dict(
     spec=dict(type="dict"),
     path=dict(type="path", default="/etc/ds4-converge/spec.yaml"),
     mode=dict(type="raw", default="0644"),
     overrides=dict(type="list", elements="str", default=[], aliases=["set"]),
     executable=dict(type="path"),
+    state=dict(type="str", choices=["converged", "stopped", "rolled_back"], default="converged"),
 )
+# the tool's command for each state, and the read-only command that predicts it in check mode
+COMMAND = {"converged": [], "stopped": ["stop"], "rolled_back": ["rollback"]}
 
 
 def render_spec(spec):
@@ -212,10 +253,11 @@ def find_executable(module):
     return module.get_bin_path("ds4-converge", required=True, opt_dirs=["/opt/ds4-converge/bin"])
 
 
-def run_tool(module, executable, spec_path, check):
-    cmd = [executable, spec_path, "--json"]
+def run_tool(module, executable, command, spec_path, check=False, diff=False):
+    """`ds4-converge [COMMAND] SPEC --json ...` and its one JSON document (None when it printed none)."""
+    cmd = [executable] + command + [spec_path, "--json"]
     cmd += ["--check"] if check else []
-    cmd += ["--diff"] if module._diff else []
+    cmd += ["--diff"] if diff else []
     for override in module.params["overrides"]:
         cmd += ["--set", override]
     rc, out, err = module.run_command(cmd, environ_update={"NO_COLOR": "1", "TERM": "dumb"})
@@ -224,6 +266,19 @@ def run_tool(module, executable, spec_path, check):
     except ValueError:
         report = None
     return cmd, rc, out, err, report
+
+
+def predict(module, executable, state, spec_path):
+    """Check mode for stopped and rolled_back: what `status` (read-only) says the command would do."""
+    cmd, rc, out, err, status = run_tool(module, executable, ["status"], spec_path)
+    if status is None or rc not in (0, 1, 4):
+        return cmd, rc, out, err, status, False
+    never = bool(status.get("never_converged"))
+    if state == "stopped":
+        return cmd, 0, out, err, status, status.get("pid") is not None
+    if never:  # rollback fails the same way for real: nothing to roll back to
+        return cmd, 4, out, err, status, False
+    return cmd, 0, out, err, status, True
 
 
 def diffs(spec_path, before, after, report):
@@ -250,8 +305,8 @@ def failure_message(rc, report, err, out, spec_path, shown_path):
             reason = "; ".join(lines[:20])
     message = "ds4-converge exited %d (%s): %s" % (rc, MEANING.get(rc, "unexpected exit"), reason)
     if report is not None and rc not in (2, 3):  # a run that stopped before it began changed nothing
-        message += " | reverted: %s | serving: %s" % (str(bool(report.get("reverted"))).lower(),
-                                                       report.get("release") or "nothing")
+        reverted = str(bool(report.get("reverted"))).lower()
+        message += " | reverted: %s | serving: %s" % (reverted, report.get("release") or "nothing")
     if rc == 1:
         message += " | details: ds4-converge logs %s" % spec_path
     return message.replace(shown_path, spec_path) if shown_path != spec_path else message
@@ -260,6 +315,7 @@ def failure_message(rc, report, err, out, spec_path, shown_path):
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
+    state = params["state"]
     spec_path = params["path"]
     directory = os.path.dirname(spec_path) or "."
     executable = find_executable(module)
@@ -272,6 +328,7 @@ def main():
 
     scratch_dir = scratch = None
     run_path = spec_path
+    predicted = False
     try:
         if module.check_mode and spec_changed:
             # plan against the NEW spec without touching the real file: a scratch copy beside it (so relative
@@ -293,16 +350,32 @@ def main():
         attrs_changed = False
         if os.path.exists(spec_path):
             attrs_changed = module.set_fs_attributes_if_different(file_args, False)
-        cmd, rc, out, err, report = run_tool(module, executable, run_path, module.check_mode)
+        if state == "converged":
+            cmd, rc, out, err, report = run_tool(module, executable, [], run_path, check=module.check_mode,
+                                                 diff=module._diff)
+        elif module.check_mode:
+            cmd, rc, out, err, report, predicted = predict(module, executable, state, run_path)
+        else:
+            cmd, rc, out, err, report = run_tool(module, executable, COMMAND[state], run_path)
     finally:
         if scratch:
             os.unlink(scratch)
         if scratch_dir:
             os.rmdir(scratch_dir)
 
+    report = report or None
+    if state == "converged":
+        tool_changed = bool(report and report.get("changed"))
+    elif module.check_mode:
+        tool_changed = predicted
+    elif state == "stopped":
+        tool_changed = bool(report and report.get("stopped"))
+    else:
+        tool_changed = bool(report and report.get("changed"))
     result = dict(
-        changed=spec_changed or attrs_changed or bool(report and report.get("changed")),
+        changed=spec_changed or attrs_changed or tool_changed,
         spec_changed=spec_changed,
+        state=state,
         cmd=[spec_path if part == run_path else part for part in cmd],
         rc=rc,
         release=(report or {}).get("release"),
@@ -311,11 +384,13 @@ def main():
     )
     if report is not None:
         # the roles' diffs are shown in diff mode (below), not repeated in every result
-        result["report"] = dict(report, roles=[{k: v for k, v in role.items() if k != "diff"}
+        result["report"] = dict(report, roles=[dict((k, v) for k, v in role.items() if k != "diff")
                                                for role in report.get("roles", [])])
     if module._diff:
         result["diff"] = diffs(spec_path, before, after, report)
-    if rc != 0 or report is None or not report.get("ok"):
+    # status's own "ok" is "healthy": in check mode a stopped or unhealthy box is an answer, not a failure
+    succeeded = rc == 0 and report is not None and (bool(report.get("ok")) or module.check_mode)
+    if not succeeded:
         result["stderr"] = err
         if report is not None and report.get("detail"):
             result["detail"] = report["detail"]

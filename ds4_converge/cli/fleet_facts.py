@@ -1,0 +1,164 @@
+"""What a fleet operator watches of one box: the same facts for `status --json` and for Prometheus.
+
+A box's facts are the release that serves, whether it is healthy, last good (and when it was recorded), the last
+revert (when, what failed, what was put back) and the decode tok/s of the last bench. They come from files under
+the root only (state.json, logs/, bench/results.jsonl), so writing them costs a run nothing it would notice.
+
+After each run (converge, rollback, status, stop; a no-op confirmed from its receipt too) the facts are written
+as a Prometheus textfile, `ROOT/metrics/ds4_converge.prom`, in the node exporter's textfile collector
+convention: the text exposition format, written to a temporary file in the same directory and renamed over the
+old one, so the collector never reads half a file (its name does not end in `.prom` until the rename). Point
+node_exporter's `--collector.textfile.directory` at `ROOT/metrics` (or link the file into its directory). Every
+metric carries the label `root` (one host may serve several roots).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+LAST_REVERT = "last-revert.json"  # under ROOT/logs: the last run that put last good back
+TEXTFILE = "ds4_converge.prom"  # under ROOT/metrics
+
+
+def record_revert(logs: Path, document: dict) -> None:
+    """Keep when a run reverted, what failed and what serves again (a converge or rollback report)."""
+    if not document.get("reverted"):
+        return
+    switch = document.get("switch") or {}
+    error = (document.get("error") or "").strip().splitlines()
+    record = {"at": _now(), "command": document.get("command"), "failed": switch.get("to"),
+              "release": document.get("release"), "error": error[0] if error else None}
+    _write(logs / LAST_REVERT, json.dumps(record, indent=2) + "\n")
+
+
+def last_revert(logs: Path) -> dict | None:
+    record = _read_json(logs / LAST_REVERT)
+    return record if isinstance(record, dict) and isinstance(record.get("at"), str) else None
+
+
+def last_bench(bench_results: Path) -> dict | None:
+    """{"at", "release", "decode_tps"} of the newest bench record (bench, tune or the performance gate)."""
+    from ds4_converge.health.bench import headline
+
+    try:
+        with open(bench_results, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 65536))
+            lines = handle.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+            decode = headline(record)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # a torn last line, or the tail of a line cut by the seek
+        return {"at": record.get("at"), "release": record.get("release"), "decode_tps": decode}
+    return None
+
+
+def box_facts(root: Path, *, release: str | None, healthy: bool) -> dict:
+    """The facts of the box under `root`, with what serves now and whether it is healthy as the run found."""
+    state = _read_json(root / "state.json")
+    good = state.get("good") if isinstance(state, dict) and isinstance(state.get("good"), list) else []
+    last_good = good[-1] if good and isinstance(good[-1], dict) else {}
+    return {"root": str(root), "release": release, "healthy": bool(healthy),
+            "last_good": last_good.get("release"), "last_good_at": last_good.get("recorded_at") or None,
+            "last_revert": last_revert(root / "logs"), "last_bench": last_bench(root / "bench" / "results.jsonl")}
+
+
+def after_run(root: Path, document: dict, *, healthy: bool) -> None:
+    """The textfile for a run's report (best effort: metrics never fail a run)."""
+    with contextlib.suppress(Exception):
+        facts = box_facts(root, release=document.get("release"), healthy=healthy)
+        write_textfile(root / "metrics" / TEXTFILE, facts, command=document.get("command") or "converge",
+                       ok=bool(document.get("ok")))
+
+
+def metrics_text(facts: dict, *, command: str, ok: bool, now: float | None = None) -> str:
+    """The facts in Prometheus's text exposition format (version 0.0.4), as ds4_converge_* gauges."""
+    now = time.time() if now is None else now
+    root = {"root": facts["root"]}
+    families = [
+        ("ds4_converge_info", "What serves under this root and its last good release (always 1).",
+         [({**root, "release": facts["release"] or "", "last_good": facts["last_good"] or ""}, 1)]),
+        ("ds4_converge_up", "1 while a release of ds4-converge serves under this root.",
+         [(root, 1 if facts["release"] else 0)]),
+        ("ds4_converge_healthy", "1 when the engine answered its probe at the last run.",
+         [(root, 1 if facts["healthy"] else 0)]),
+        ("ds4_converge_last_good_timestamp_seconds", "When last good passed its probe (Unix time).",
+         [({**root, "release": facts["last_good"]}, _epoch(facts["last_good_at"]))] if facts["last_good_at"] else []),
+    ]
+    revert = facts["last_revert"]
+    families.append(("ds4_converge_last_revert_timestamp_seconds",
+                     "When a run last put last good back after a failed release (Unix time).",
+                     [({**root, "failed": revert.get("failed") or "", "release": revert.get("release") or ""},
+                       _epoch(revert["at"]))] if revert and _epoch(revert["at"]) is not None else []))
+    bench = facts["last_bench"]
+    families.append(("ds4_converge_bench_decode_tokens_per_second",
+                     "Decode tok/s of one client on the shortest prompt, at the last bench.",
+                     [({**root, "release": bench.get("release") or ""}, bench["decode_tps"])]
+                     if bench and bench.get("decode_tps") is not None else []))
+    families += [
+        ("ds4_converge_last_run_timestamp_seconds", "When the last ds4-converge command ended (Unix time).",
+         [({**root, "command": command}, round(now, 3))]),
+        ("ds4_converge_last_run_success", "1 when the last ds4-converge command did what it was asked.",
+         [({**root, "command": command}, 1 if ok else 0)]),
+    ]
+    lines = []
+    for name, help_text, samples in families:
+        samples = [(labels, value) for labels, value in samples if value is not None]
+        if not samples:
+            continue
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+        for labels, value in samples:
+            rendered = ",".join(f'{key}="{_escape(str(val))}"' for key, val in labels.items())
+            lines.append(f"{name}{{{rendered}}} {_number(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def write_textfile(path: Path, facts: dict, *, command: str, ok: bool) -> None:
+    _write(path, metrics_text(facts, command=command, ok=ok))
+
+
+def _write(path: Path, text: str) -> None:
+    """A temporary file beside the target, renamed over it (not fsynced: a record lost to a power cut is
+    rewritten by the next run, and a no-op run stays fast)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def _epoch(stamp) -> float | None:
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value) -> str:
+    return repr(float(value)) if isinstance(value, float) else str(int(value))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,116 @@
+"""A ds4 distributed worker's health: it has no HTTP API, so not /v1/models but its own log and its data port.
+
+What the worker writes (`dist_run_worker()` in ds4_distributed.c, b030961), each line on stderr:
+- once loaded, with its data listener bound: `distributed worker: layers 22:output model_id=0
+  data_listen=HOST:PORT connecting to coordinator HOST:PORT`;
+- while the coordinator is not there, about every 6.1 s (200 connects 25 ms apart, then 1 s):
+  `distributed worker: unable to connect to HOST:PORT: Connection refused; retrying`;
+- `distributed worker: connected to coordinator HOST:PORT`, and when it goes away
+  `distributed worker: coordinator disconnected[ after error]; reconnecting` (the worker keeps running).
+A worker is *up* once it wrote its first line and accepts on its data port; *connected* while the last of the
+connection lines says so. Workers start before their coordinator, so a worker's own converge waits for *up*;
+the deployment (playbooks/distributed.yml) asks for *connected* once the coordinator serves.
+"""
+from __future__ import annotations
+
+import re
+import socket
+import time
+from dataclasses import dataclass
+
+from ds4_converge.health.probe import EngineWatch, Unhealthy, _died
+from ds4_converge.spec.model import Address
+
+STARTED = re.compile(r"distributed worker: layers (?P<layers>\S+) model_id=\S+ data_listen=(?P<listen>\S+) "
+                     r"connecting to coordinator (?P<coordinator>\S+)")
+CONNECTION = re.compile(r"distributed worker: (?:(?P<connected>connected to coordinator \S+)"
+                        r"|(?P<retrying>unable to connect to .*; retrying)"
+                        r"|(?P<lost>coordinator disconnected.*; reconnecting))")
+ANY_HOST = {"0.0.0.0", "*", "::", ""}
+POLL_S = 0.1
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    started: bool  # loaded, data listener bound, reaching for the coordinator
+    connected: bool
+    line: str  # the last line that said so ("" before the first)
+
+    def describe(self) -> str:
+        if not self.started:
+            return "not started yet (loading)"
+        return ("connected to its coordinator" if self.connected else "not connected to its coordinator") + (
+            f" ({self.line})" if self.line else "")
+
+    def to_json(self) -> dict:
+        return {"started": self.started, "connected": self.connected, "line": self.line}
+
+
+def listen_of(command: list[str]) -> Address | None:
+    """The data port of a worker's command line (`--role worker … --listen HOST PORT`); None: not a worker.
+
+    A revert or rollback starts a recorded deployment, which may be a worker when the spec now says
+    coordinator (or the other way round): its probe follows the command that runs, not the spec."""
+    if "--role" not in command or command[command.index("--role") + 1:][:1] != ["worker"]:
+        return None
+    at = command.index("--listen") if "--listen" in command else -1
+    if at < 0 or len(command) < at + 3 or not command[at + 2].isdigit():
+        return None
+    return Address(host=command[at + 1], port=int(command[at + 2]))
+
+
+def read_state(log_text: str) -> WorkerState:
+    """What a worker's log (one start of it) says about it now."""
+    started, connected, line = False, False, ""
+    for text in log_text.splitlines():
+        if STARTED.search(text):
+            started, connected, line = True, False, text.strip()
+            continue
+        match = CONNECTION.search(text)
+        if match:
+            started, connected, line = True, bool(match.group("connected")), text.strip()
+    return WorkerState(started, connected, line)
+
+
+def data_port_open(listen: Address, timeout: float = 1.0) -> bool:
+    """The worker accepts on its data port (an empty connection: its data thread reads EOF and closes)."""
+    host = "127.0.0.1" if listen.host in ANY_HOST else listen.host
+    try:
+        with socket.create_connection((host, listen.port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wait_worker(watch: EngineWatch, log_text, listen: Address, *, deadline_s: float, soak_s: float,
+                connected: bool = False) -> tuple[int, WorkerState]:
+    """Wait until the worker is up (and connected, when asked), then that it stays alive for soak_s.
+
+    log_text(): this start's log lines. Raises Unhealthy saying how it failed, with the worker's last lines."""
+    def alive() -> int:
+        state, pid, spawn_error = watch.state()
+        if state not in ("RUNNING", "STARTING"):
+            raise Unhealthy(_died(state, spawn_error, watch.exits(), watch.last_words()), watch.last_lines())
+        return pid
+
+    until = time.monotonic() + deadline_s
+    while True:
+        pid = alive()
+        worker = read_state(log_text())
+        ready = worker.started and watch.state()[0] == "RUNNING" and data_port_open(listen)
+        if ready and (worker.connected or not connected):
+            break
+        if time.monotonic() > until:
+            why = (worker.describe() if worker.started else "its log never said it was loaded")
+            if worker.started and not data_port_open(listen):
+                why = f"nothing accepts on its data port {listen}"
+            raise Unhealthy(f"worker not {'connected' if connected else 'up'} within {deadline_s:.0f}s: {why}",
+                            watch.last_lines())
+        time.sleep(POLL_S)
+    soak_until = time.monotonic() + soak_s
+    while time.monotonic() < soak_until:
+        time.sleep(min(POLL_S * 5, max(0.0, soak_until - time.monotonic())))
+        now = alive()
+        if now != pid:
+            raise Unhealthy(f"worker restarted during the {soak_s:.0f}s soak (pid {pid} → {now})", watch.last_lines())
+    return pid, read_state(log_text())

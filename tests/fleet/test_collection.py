@@ -1,0 +1,123 @@
+"""The repository is the Ansible collection ds4.converge: it builds, installs, documents itself and passes
+`ansible-test sanity`, offline.
+
+The collection is built from this checkout with `ansible-galaxy collection build` (galaxy.yml's build_ignore
+decides what goes in) and installed into a temporary collections path, as a user would; the installed copy is what
+`ansible-doc` and `ansible-test sanity` see (ansible-test needs the collection under ansible_collections/NS/NAME).
+
+ansible-test runs each sanity test in a virtualenv of its own, with the packages it pins. They come through pip
+from build/ansible-test/wheels (`.ci/ansible-test-wheels.sh` downloads them; `make test` and `.ci/fleet-deps.sh`
+run it), and pip itself is bootstrapped from that folder's pip wheel (a small stand-in for ansible-test's
+get-pip script, which it would otherwise download): nothing is fetched while the test runs. The virtualenvs are
+kept in build/ansible-test/home (ansible-test's ~/.ansible/test), so only the first run creates them.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+WHEELS = REPO / "build" / "ansible-test" / "wheels"
+TEST_HOME = REPO / "build" / "ansible-test" / "home"
+SANITY_TIMEOUT_S = 900
+# every sanity test ansible-test has for a collection, but these: pylint (minutes on two cores for two small
+# modules that pep8 and validate-modules already check), and the ones with nothing here to look at (pslint:
+# PowerShell, shellcheck: shell scripts, changelog: no changelogs/)
+SKIPPED = ("pylint", "pslint", "shellcheck", "changelog")
+ALLOWED_TOP = {"MANIFEST.json", "FILES.json", "LICENSE", "COLLECTION.md", "meta", "plugins", "roles", "playbooks",
+               "tests"}
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("ansible_test") is None,
+                       reason="fleet extra not installed: pip install -e '.[test,fleet]'"),
+]
+
+
+def _env(home: Path) -> dict[str, str]:
+    home.mkdir(parents=True, exist_ok=True)  # ansible-doc prints nothing at all without a HOME to write to
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "PIP_"))}
+    env.update(HOME=str(home), ANSIBLE_HOME=str(home / ".ansible"), ANSIBLE_NOCOLOR="1", NO_COLOR="1",
+               PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
+    return env
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The collection built from this checkout and installed: ansible_collections/ds4/converge."""
+    scratch = tmp_path_factory.mktemp("collection")
+    env = _env(scratch / "home")
+    # run outside the checkout: its ansible.cfg points at build/collections, where `make collection` links it
+    build = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(scratch), str(REPO)],
+                           cwd=scratch, env=env, capture_output=True, text=True, timeout=120)
+    assert build.returncode == 0, build.stdout + build.stderr
+    tarball, = scratch.glob("ds4-converge-*.tar.gz")
+    with tarfile.open(tarball) as archive:
+        names = archive.getnames()
+    assert {name.split("/")[0] for name in names} <= ALLOWED_TOP, sorted(names)
+    assert not [n for n in names if n.endswith((".pyc", ".whl")) or "__pycache__" in n], names
+    assert "playbooks/canary.yml" in names and "playbooks/status.yml" in names
+    assert not [n for n in names if n.startswith("tests/") and not n.startswith("tests/sanity")], names
+    install = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", "-p", str(scratch / "c"),
+                              str(tarball)], cwd=scratch, env=env, capture_output=True, text=True, timeout=120)
+    assert install.returncode == 0, install.stdout + install.stderr
+    return scratch / "c" / "ansible_collections" / "ds4" / "converge"
+
+
+def test_installed_collection_documents_its_modules_role_and_playbooks(installed):
+    env = _env(installed.parents[3] / "home") | {"ANSIBLE_COLLECTIONS_PATH": str(installed.parents[2])}
+    for plugin in ("ds4.converge.ds4_converge", "ds4.converge.haproxy_server"):
+        doc = subprocess.run([str(BIN / "ansible-doc"), plugin], env=env, capture_output=True, text=True, timeout=60)
+        assert doc.returncode == 0, doc.stderr
+        text = doc.stdout
+        assert "check_mode:" in text and "diff_mode:" in text and "platforms: posix" in text, text
+        assert "ds4-converge maintainers (@ds4-converge)" in text
+    role = subprocess.run([str(BIN / "ansible-doc"), "-t", "role", "ds4.converge.ds4_converge"],
+                          cwd=installed.parents[3], env=env, capture_output=True, text=True, timeout=60)
+    assert role.returncode == 0 and re.search(r"ENTRY POINT: \W?rollout\W?", role.stdout), role.stderr
+    # the playbooks by their collection names (i21's playbooks/distributed.yml lands there too)
+    for playbook in ("ds4.converge.canary", "ds4.converge.status"):
+        listed = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "--syntax-check", playbook],
+                                cwd=installed.parents[3], env=env, capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0, listed.stdout + listed.stderr
+    runtime = yaml.safe_load((installed / "meta" / "runtime.yml").read_text())
+    assert runtime["requires_ansible"].startswith(">=")
+
+
+def test_ansible_test_sanity_is_clean(installed):
+    if not (WHEELS / ".downloaded").exists():
+        pytest.fail(f"no wheels for ansible-test's sanity virtualenvs in {WHEELS}: run "
+                    f"`bash .ci/ansible-test-wheels.sh {BIN.parent} {WHEELS}` (make test and .ci/fleet-deps.sh do)")
+    pip_version = (WHEELS / ".downloaded").read_text().strip()
+    pip_wheel, = WHEELS.glob(f"pip-{pip_version}-*.whl")
+    cache = TEST_HOME / ".ansible" / "test" / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    # ansible-test runs this file with the new virtualenv's python to put pip there: pip from its own wheel does it
+    (cache / f"get_pip_{pip_version.replace('.', '_')}.py").write_text(
+        '"""Stand-in for get-pip.py (tests/fleet/test_collection.py): pip installs itself from its wheel."""\n'
+        "import sys\n"
+        f"sys.path.insert(0, {str(pip_wheel)!r})\n"
+        "from pip._internal.cli.main import main\n"
+        "sys.exit(main(['install'] + [a for a in sys.argv[1:] if a not in ('--no-setuptools', '--no-wheel')]))\n")
+    env = _env(TEST_HOME) | {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(WHEELS), "PIP_CONFIG_FILE": os.devnull,
+                             "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    argv = [str(BIN / "ansible-test"), "sanity", "--python", python, "--color", "no"]
+    for test in SKIPPED:
+        argv += ["--skip-test", test]
+    proc = subprocess.run(argv, cwd=installed, env=env, capture_output=True, text=True, timeout=SANITY_TIMEOUT_S)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-8000:]
+    ran = set(re.findall(r'Running sanity test "([^"]+)"', output))
+    assert {"pep8", "validate-modules", "yamllint", "ansible-doc", "import", "compile", "runtime-metadata",
+            "ignores"} <= ran, sorted(ran)
+    assert "ERROR" not in output, output[-8000:]

@@ -1,0 +1,34 @@
+"""The Prometheus textfile of cli/fleet_facts.py, read back with prometheus_client's parser."""
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from ds4_converge.cli import fleet_facts
+
+FACTS = {"root": '/srv/a "b"\\c', "release": "6f2b8dabb4fb-cpu-nocuda", "healthy": True, "last_good": "rel\nx",
+         "last_good_at": "2026-12-01T20:00:00+00:00", "last_revert": None,
+         "last_bench": {"at": "2026-12-01T20:01:00+00:00", "release": "6f2b8dabb4fb-cpu-nocuda", "decode_tps": 12.5}}
+
+
+def parsed(text: str) -> dict:
+    return {s.name: (s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def test_label_values_survive_quotes_backslashes_and_newlines():
+    found = parsed(fleet_facts.metrics_text(FACTS, command="converge", ok=True, now=1000.0))
+    labels, value = found["ds4_converge_info"]
+    assert labels == {"root": FACTS["root"], "release": FACTS["release"], "last_good": "rel\nx"} and value == 1
+    assert found["ds4_converge_bench_decode_tokens_per_second"][1] == 12.5
+    assert found["ds4_converge_last_good_timestamp_seconds"][1] == 1796155200.0
+    assert found["ds4_converge_last_run_timestamp_seconds"] == ({"root": FACTS["root"], "command": "converge"}, 1000.0)
+    assert "ds4_converge_last_revert_timestamp_seconds" not in found
+
+
+def test_written_by_rename_over_the_old_file(tmp_path):
+    path = tmp_path / "metrics" / fleet_facts.TEXTFILE
+    fleet_facts.write_textfile(path, FACTS, command="status", ok=False)
+    first = path.stat().st_ino
+    fleet_facts.write_textfile(path, dict(FACTS, healthy=False), command="status", ok=False)
+    assert path.stat().st_ino != first  # a new file renamed over the old one, never rewritten in place
+    assert parsed(path.read_text())["ds4_converge_healthy"][1] == 0
+    assert [p.name for p in path.parent.iterdir()] == [fleet_facts.TEXTFILE]
