@@ -10,11 +10,14 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ds4_converge.engine.git import EngineRepo
 from ds4_converge.core.crashpoints import crash_point
+from ds4_converge.engine_knowledge import BASE as BASE_VERSION
+from ds4_converge.engine_knowledge import EngineVersion, engine_version, for_version
 from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.shell import CommandFailed, run, tail
@@ -25,6 +28,8 @@ RECORD = "ds4-converge-release.json"
 MAKE_TIMEOUT_S = 3600
 FLAG = re.compile(r"(?:(?<=\s)|(?<=,)|(?<=\|)|^)(--?[A-Za-z][A-Za-z0-9-]*)")
 OPTION_LINE = re.compile(r"^ {0,4}-")
+TOPIC = re.compile(r"--help ([a-z][a-z0-9-]*)")
+RECORD_FORMAT = 2  # 2: options with their value counts, help topics, the engine version judged by
 
 
 @dataclass(frozen=True)
@@ -61,13 +66,25 @@ class Release:
     cuda_arch: str | None
     toolkit: Toolkit
     flags: frozenset[str]
+    # how many values each option takes, as its --help shows (empty: unknown, e.g. a test's hand-made release)
+    values: Mapping[str, int] = field(default_factory=dict)
+    engine: str = BASE_VERSION  # the known engine version whose rules this build is judged by
+    engine_why: str = ""
 
     @property
     def server(self) -> Path:
         return self.path / "ds4-server"
 
+    @property
+    def knowledge(self) -> dict:
+        return for_version(self.engine)
+
     def supports(self, flag: str) -> bool:
         return flag in self.flags
+
+    def takes_value(self, flag: str) -> bool | None:
+        """Whether the option takes a value, as its --help shows; None where the help did not say."""
+        return self.values[flag] > 0 if flag in self.values else None
 
 
 class BuildFailed(Ds4Error):
@@ -78,40 +95,100 @@ class BuildFailed(Ds4Error):
 
 
 def parse_help_flags(text: str) -> frozenset[str]:
-    """Options the binary documents, from its option lines.
+    """Options one help page documents (see :func:`parse_help_options`)."""
+    return frozenset(parse_help_options(text))
 
-    Upstream ds4-server prints `Usage:`, section headings ("Model and runtime:"), then each option on a line of
-    its own indented by two spaces (`  -m, --model FILE`, `  --metal | --cuda | --cpu | --backend NAME`) with
-    the description on the next line, indented by six. Older builds (and the fork) put the description on the
-    same line after two or more spaces. Either way an option line starts with a dash at most four spaces in;
-    description, heading and note lines (which may mention flags) never count.
+
+def parse_help_options(text: str) -> dict[str, int]:
+    """Options one help page documents, each with how many values it takes, from its option lines.
+
+    8d57664 prints section headings ("Model and runtime:"), then each option on a line of its own indented by
+    two spaces (`  -m, --model FILE`, `  --metal | --cuda | --cpu | --backend NAME`), the description on the next
+    line, six in. b030961 (and the fork) put the description on the same line after two or more spaces
+    (`  --power N      GPU duty-cycle target`), long ones on the next line. Either way an option line starts with
+    a dash at most four spaces in; description, heading and note lines (which may mention flags) never count.
+    Words after a flag up to the next flag or `|` are its values (`--listen HOST PORT`: 2, `--cors`: 0);
+    `-m, --model FILE` gives both spellings the value.
     """
-    flags = set()
+    options: dict[str, int] = {}
     for line in text.splitlines():
         if not OPTION_LINE.match(line):
             continue
-        options = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0]
-        flags.update(FLAG.findall(options))
-    return frozenset(flags)
+        column = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0]
+        spellings: list[str] = []
+        for word in column.split():
+            flag = FLAG.fullmatch(word.rstrip(","))
+            if flag and word.startswith("-") and not _is_number(word.rstrip(",")):
+                if not (spellings and spellings[-1].endswith(",")):
+                    spellings = []
+                spellings.append(word)
+                options[word.rstrip(",")] = 0
+            elif word == "|":
+                spellings = []
+            elif spellings:
+                for spelling in spellings:
+                    options[spelling.rstrip(",")] += 1
+    return options
 
 
-def help_flags(server: Path) -> frozenset[str]:
+def help_topics(text: str) -> list[str]:
+    """The topic pages a main help page points to (b030961: `More Info` lists `--help runtime` and others)."""
+    return list(dict.fromkeys(TOPIC.findall(text)))
+
+
+def _is_number(word: str) -> bool:
+    try:
+        float(word)
+        return True
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class HelpText:
+    """What a build documents: the main `--help` page and each topic page it lists, as printed."""
+
+    main: str
+    topics: dict[str, str]
+
+    def options(self) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for page in (self.main, *self.topics.values()):
+            found.update(parse_help_options(page))
+        return found
+
+
+def read_help(server: Path) -> HelpText:
+    """`ds4-server --help`, then `--help TOPIC` for every topic the main page lists."""
+    main = _help_page(server)
+    return HelpText(main, {topic: _help_page(server, topic) for topic in help_topics(main)})
+
+
+def _help_page(server: Path, *topic: str) -> str:
     # --help exits before the instance lock, but a build that takes it first must not collide with a server
     env = {**os.environ, load_knowledge()["lock"]["env"]: str(server.parent / ".help.lock")}
-    proc = subprocess.run([str(server), "--help"], capture_output=True, text=True, timeout=60, env=env)
+    proc = subprocess.run([str(server), "--help", *topic], capture_output=True, text=True, timeout=60, env=env)
     if proc.returncode != 0:
-        raise RuntimeError(f"{server} --help exited {proc.returncode}: {(proc.stderr or proc.stdout)[-500:]}")
-    flags = parse_help_flags(proc.stdout + proc.stderr)
-    if DISTRIBUTED_TOPIC in proc.stdout:
-        # b030961 lists --role/--layers/--listen/--coordinator only on its `--help distributed` page
-        topic = subprocess.run([str(server), "--help", "distributed"], capture_output=True, text=True, timeout=60,
-                               env=env)
-        if topic.returncode == 0:
-            flags |= parse_help_flags(topic.stdout)
-    return flags
+        raise RuntimeError(f"{server} --help {' '.join(topic)} exited {proc.returncode}: "
+                           f"{(proc.stderr or proc.stdout)[-500:]}")
+    return proc.stdout + proc.stderr
 
 
-DISTRIBUTED_TOPIC = "--help distributed"
+def server_options(help_text: HelpText, commit: str, ref: str) -> tuple[dict[str, int], EngineVersion]:
+    """The options a release's ds4-server takes, and the engine version whose rules it is judged by.
+
+    Every page counts (b030961 lists --mtp and --dspark only under `--help runtime`); options a page lists that
+    this version's ds4-server itself refuses (b030961's distributed page documents the `ds4` CLI's tensor
+    parallelism too) are left out, and those it takes without listing them added, as the knowledge of that
+    version says.
+    """
+    options = help_text.options()
+    version = engine_version(commit=commit, ref=ref, flags=frozenset(options), topics=tuple(help_text.topics))
+    for flag in version.knowledge["flags"].get("not_server_options", ()):
+        options.pop(flag, None)
+    for flag, count in version.knowledge["flags"].get("unlisted", {}).items():
+        options.setdefault(flag, count)  # taken by the parser, on no help page (b030961's --chdir)
+    return options, version
 
 
 def load(layout: Layout, release_id: str) -> Release | None:
@@ -121,11 +198,19 @@ def load(layout: Layout, release_id: str) -> Release | None:
         return None
     try:
         data = json.loads(record.read_text())
-        return Release(id=release_id, path=path, commit=data["commit"], ref=data["ref"], target=data["target"],
+        commit, ref = data["commit"], data["ref"]
+        if data.get("format") == RECORD_FORMAT:
+            values, version = data["options"], EngineVersion(data["engine"], data["engine_why"])
+            for_version(version.name)  # a version this tool no longer knows: read again below
+        else:
+            # written before every help page was read (b030961's --mtp is on `--help runtime` only): ask the
+            # binary again rather than trust a record that may lack flags
+            values, version = server_options(read_help(path / "ds4-server"), commit, ref)
+        return Release(id=release_id, path=path, commit=commit, ref=ref, target=data["target"],
                        cuda_arch=data["cuda_arch"], toolkit=Toolkit(**data["toolkit"]),
-                       flags=frozenset(data["flags"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # a torn record: the release is built again rather than trusted
+                       flags=frozenset(values), values=dict(values), engine=version.name, engine_why=version.why)
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, subprocess.TimeoutExpired):
+        return None  # a torn record (or a binary that no longer answers): the release is built again
 
 
 def build(layout: Layout, repo: EngineRepo, request: BuildRequest) -> Release:
@@ -145,7 +230,7 @@ def build(layout: Layout, repo: EngineRepo, request: BuildRequest) -> Release:
         if not server.exists():
             raise BuildFailed(f"make {request.target} finished but built no ds4-server", log)
         try:
-            flags = help_flags(server)
+            values, version = server_options(read_help(server), request.commit, request.ref)
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
             raise BuildFailed(f"the built ds4-server does not run: {exc}", log) from None
         built = True
@@ -156,7 +241,9 @@ def build(layout: Layout, repo: EngineRepo, request: BuildRequest) -> Release:
         if not built:  # failed, timed out or interrupted: no half-built tree is left for anyone to trust
             shutil.rmtree(partial, ignore_errors=True)
     record = {"commit": request.commit, "ref": request.ref, "target": request.target,
-              "cuda_arch": request.cuda_arch, "toolkit": asdict(request.toolkit), "flags": sorted(flags)}
+              "cuda_arch": request.cuda_arch, "toolkit": asdict(request.toolkit), "flags": sorted(values),
+              "format": RECORD_FORMAT, "options": dict(sorted(values.items())), "engine": version.name,
+              "engine_why": version.why}
     write_atomic(partial / RECORD, json.dumps(record, indent=2) + "\n")
     shutil.copy2(log, partial / "build.log")
     if final.exists():  # a tree whose record was torn (load() refused it): replaced by this complete one

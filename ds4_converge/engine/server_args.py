@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ds4_converge.engine.release import Release
+from ds4_converge.engine_knowledge import FORK, versions_with_flag
 from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.spec.model import Distributed, Server
 from ds4_converge.errors import Ds4Error
@@ -33,7 +34,7 @@ def server_argv(release: Release, server: Server, models: ModelPaths, kv_disk_di
         # short and long spellings are the same option; use whichever this binary's --help lists
         spelling = next((f for f in (flag, *SPELLINGS.get(flag, ())) if release.supports(f)), None)
         if spelling is None:
-            missing.append(f"{setting} needs {flag}" + (" (a flag of the Entrpi fork only)" if _fork_only(flag) else ""))
+            missing.append(f"{setting} needs {flag}{_where_it_exists(flag)}")
             return
         args.extend([spelling, *map(str, values)])
 
@@ -58,7 +59,13 @@ def server_argv(release: Release, server: Server, models: ModelPaths, kv_disk_di
         if spec_mode.margin:
             add("--mtp-margin", spec_mode.margin, setting="server.speculative.margin")
     elif spec_mode.mode == "dspark":
-        add("--dspark", models.dspark, setting="server.speculative.mode=dspark")
+        # one feature, two spellings: the fork's `--dspark FILE`, upstream b030961's `--mtp FILE --dspark`
+        # (a switch); which one is the build's own --help's word, not the version's name
+        if release.takes_value("--dspark") is False:
+            add("--mtp", models.dspark, setting="server.speculative.mode=dspark")
+            add("--dspark", setting="server.speculative.mode=dspark")
+        else:
+            add("--dspark", models.dspark, setting="server.speculative.mode=dspark")
     elif release.supports("--no-spec"):
         # the fork attaches sibling drafters by default; "off" must be explicit there
         args.append("--no-spec")
@@ -95,7 +102,7 @@ def not_rendered(release: Release, server: Server) -> list[str]:
     """Settings left off the command line because this build always runs that way (said as a note, not refused)."""
     if server.power is not None and _runs_at_default(release, "--power", server.power):
         return [f"server.power {server.power} is not passed: this ds4-server has no --power and always runs at "
-                f"full duty cycle (--power is a flag of the Entrpi fork)"]
+                f"full duty cycle (--power{_where_it_exists('--power')})"]
     return []
 
 
@@ -105,8 +112,13 @@ def _runs_at_default(release: Release, flag: str, value: object) -> bool:
     return not release.supports(flag) and default is not None and value == default
 
 
-def _fork_only(flag: str) -> bool:
-    return flag in load_knowledge()["flags"]["fork_only"]
+def _where_it_exists(flag: str) -> str:
+    """' (a flag of upstream b030961 and the Entrpi fork)': which known engines have it, for the message."""
+    names = [("the Entrpi fork" if n == FORK else f"upstream {n}") for n in versions_with_flag(flag)]
+    if not names:
+        return ""
+    only = " only" if names == ["the Entrpi fork"] else ""
+    return f" (a flag of {' and '.join(names)}{only})"
 
 
 def _is_number(text: str) -> bool:

@@ -12,11 +12,12 @@ from ds4_converge.core.plan import Change, RoleFailed, RolePlan
 from ds4_converge.health import bench, gate, warmup, worker
 from ds4_converge.health.probe import NotReady, ProbeTarget, Unhealthy, check_models, wait_healthy
 from ds4_converge.engine.release import prune
+from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.service import start_log
 from ds4_converge.tool_command import tool_command
 
 NAME = "probe"
-STAMP = re.compile(r"^\d{4} \d\d:\d\d:\d\d ")  # ds4-server's own lines begin with MMDD HH:MM:SS
+STAMP = re.compile(load_knowledge()["logs"]["stamp"])  # ds4-server's own lines begin with MMDD HH:MM:SS
 # b030961 ends a refused start with its own summary after the engine's reason ("ds4: distributed coordinator
 # sessions require the graph backend", then "ds4-server: failed to create cpu session 1/1")
 SUMMARY = re.compile(r"^ds4-server: failed to create \S+ session")

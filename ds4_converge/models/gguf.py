@@ -7,15 +7,18 @@ tokens it is asked about, and takes milliseconds; the tests check it against GGU
 
 A main model is what the real engine accepts: vocab_load() (the tokenizer arrays and their special tokens),
 then config_validate_model() (every deepseek4.* key, with the GGUF types the engine reads and its tolerance for
-floats). The rules are data in engine knowledge (`gguf`), checked against the real engine by
-tests/conformance. An MTP file is known by its `mtp.0.*` tensor names, a DSpark drafter by
-`general.architecture = deepseek4-dspark` (fork).
+floats). The rules are data in engine knowledge (`gguf`), per engine version, checked against each real version
+by tests/conformance: a file is judged by the rules of the version that will load it (8d57664 when none is
+given). A support file is known by its tensors: any `mtp.0.*` (8d57664), or as b030961's support_model_detect()
+tells a DSpark support file from a legacy MTP one. The fork's drafter is known by `general.architecture =
+deepseek4-dspark`, and only the fork's rules know generations (`deepseek4.checkpoint_variant` "0731").
 """
 from __future__ import annotations
 
 import enum
 import math
 import mmap
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +27,7 @@ from typing import Any, Literal
 from ds4_converge.engine_knowledge import load as load_knowledge
 
 Kind = Literal["main", "mtp", "dspark", "unknown"]
-Generation = Literal["0731", "legacy"]
+Generation = Literal["0731", "legacy"] | None  # None: the rules judging the file know no generations (upstream)
 
 ARCHITECTURE_KEY = "general.architecture"
 GGUF_VERSION_KEY = "GGUF.version"
@@ -33,6 +36,8 @@ _WHAT_IT_IS = {
     "mtp": "is an MTP draft head, not the main model",
     "dspark": "is a DSpark drafter (deepseek4-dspark), not the main model",
 }
+SUPPORT_TENSORS = "mtp."  # every support file's tensors: mtp.<stage>.* (legacy MTP: stage 0 only)
+_FORK_DRAFTER = "deepseek4-dspark"  # the fork's drafter architecture (knowledge: fork gguf.dspark_drafter)
 
 
 @dataclass(frozen=True)
@@ -45,44 +50,67 @@ class ModelIdentity:
 
     def describe(self) -> str:
         """Short noun phrase for messages: 'a DSpark drafter (deepseek4-dspark, 0731)'."""
+        generation = f" ({self.generation})" if self.generation else ""
         return {
-            "main": f"a DeepSeek-V4-Flash main model ({self.generation})",
-            "mtp": f"an MTP draft head ({self.generation})",
-            "dspark": f"a DSpark drafter (deepseek4-dspark, {self.generation})",
+            "main": f"a DeepSeek-V4-Flash main model{generation}",
+            "mtp": f"an MTP draft head{generation}",
+            "dspark": (f"a DSpark drafter (deepseek4-dspark, {self.generation})" if self.architecture == _FORK_DRAFTER
+                       else "a DSpark support file"),
             "unknown": "not a recognised DeepSeek-V4-Flash file",
         }[self.kind]
 
 
 def identify(path: str | Path, knowledge: dict | None = None) -> ModelIdentity:
+    """What the file is to the engine whose knowledge is given (default: the base, upstream 8d57664)."""
     path = Path(path)
     knowledge = knowledge or load_knowledge()
     try:
         header = read_gguf_header(path, watch=knowledge["gguf"]["tokenizer"]["special_tokens"])
     except (ValueError, OSError, struct.error) as exc:  # bad magic, truncated header, unreadable
-        return ModelIdentity(path, "unknown", None, "legacy", [f"not a readable GGUF file: {exc}"])
+        return ModelIdentity(path, "unknown", None, None, [f"not a readable GGUF file: {exc}"])
     return _classify(path, header, knowledge)
 
 
 def _classify(path: Path, header: GgufHeader, knowledge: dict) -> ModelIdentity:
     fields = header.fields
-    architecture = _value(fields, ARCHITECTURE_KEY)
-    generation = _generation(fields, knowledge)
     rules = knowledge["gguf"]
+    architecture = _value(fields, ARCHITECTURE_KEY)
+    generation = _generation(fields, rules)
     version_problems = _version_problems(fields, rules["version"])
     if header.truncation():
         return ModelIdentity(path, "unknown", architecture, generation, version_problems + [header.truncation()])
-    dspark = knowledge["dspark_drafter"]
-    if architecture == dspark["architecture"]:
-        problems = version_problems + _dspark_problems(fields, dspark["required"])
+    drafter = rules.get("dspark_drafter")
+    if drafter and architecture == drafter["architecture"]:
+        problems = version_problems + _dspark_problems(fields, drafter["required"])
         return ModelIdentity(path, "dspark", architecture, generation, problems)
     names = set(header.tensor_names)
-    if rules["first_tensor"] not in names and any(n.startswith(rules["mtp_tensor_prefix"]) for n in names):
-        # an MTP head, whatever metadata it carries: the engine would stop at the main model's first tensor
-        return ModelIdentity(path, "mtp", architecture, generation, version_problems)
+    if rules["first_tensor"] not in names and any(n.startswith(SUPPORT_TENSORS) for n in names):
+        # a support file, whatever metadata it carries: the engine would stop at the main model's first tensor
+        kind, problems = _support_kind(names, rules)
+        return ModelIdentity(path, kind, architecture, generation, version_problems + problems)
     main_problems = version_problems + main_model_problems(fields, rules)
     if not main_problems:
         return ModelIdentity(path, "main", architecture, generation, [])
     return ModelIdentity(path, "unknown", architecture, generation, main_problems)
+
+
+def _support_kind(names: set[str], rules: dict) -> tuple[Kind, list[str]]:
+    """8d57664: any mtp.0.* tensor is an MTP head (--mtp binds them). b030961's support_model_detect(): DSpark
+    when at least min_stages stages (mtp.<N>.*) carry the main projection, Markov and confidence heads, else
+    legacy MTP when its three tensors are there, else nothing the engine can use."""
+    if rules.get("support_detect") != "tensors":
+        return ("mtp", []) if any(n.startswith(rules["mtp_tensor_prefix"]) for n in names) else ("unknown", [
+            f"no {rules['mtp_tensor_prefix']}* tensors"])
+    dspark, mtp = rules["support_files"]["dspark"], rules["support_files"]["mtp"]
+    staged = [n for n in names if re.match(re.escape(dspark["stage_prefix"]) + r"\d+\.", n)]
+    stages = 1 + max((int(n[len(dspark["stage_prefix"]):].split(".")[0]) for n in staged), default=-1)
+    if stages >= dspark["min_stages"] and all(any(part in n for n in staged) for part in dspark["needs"]):
+        return "dspark", []
+    if all(t in names for t in mtp["tensors"]):
+        return "mtp", []
+    return "unknown", [f"support file: neither DSpark ({dspark['min_stages']}+ stages with "
+                       f"{', '.join(p.strip('.') for p in dspark['needs'])}) nor legacy MTP "
+                       f"({', '.join(mtp['tensors'])}): {stages} stage(s)"]
 
 
 def _value(fields: dict[str, Field], key: str):
@@ -90,8 +118,10 @@ def _value(fields: dict[str, Field], key: str):
     return found.value if found else None
 
 
-def _generation(fields: dict, knowledge: dict) -> Generation:
-    marker = knowledge["generation"]
+def _generation(fields: dict, rules: dict) -> Generation:
+    marker = rules.get("generation")
+    if not marker:
+        return None  # these rules read no generation marker: upstream cannot tell a 0731 file from another
     return "0731" if _value(fields, marker["variant_key"]) == marker["newer"] else "legacy"
 
 
@@ -108,13 +138,47 @@ def main_model_problems(fields: dict[str, Field], rules: dict) -> list[str]:
     Mirrors vocab_load() then config_validate_model() of ds4.c: the tokenizer first, then every key in the
     engine's order, with the types the engine reads (a u32 key of another type reads as missing there).
     """
-    problems = _tokenizer_problems(fields, rules["tokenizer"])
+    tokenizer = _tokenizer_problems(fields, rules["tokenizer"])
+    late = rules["tokenizer"].get("checked") == "after_tensors"
+    problems = [] if late else tokenizer
     model = rules["main_model"]
+    if model.get("shape_keys"):
+        shape = _shape_problems(fields, model, rules["value_kinds"])
+        if shape:
+            return problems + shape + (tokenizer if late else [])
+    unread = [key for key in model.get("read_first", ()) if not _readable(fields.get(key), model["keys"][key],
+                                                                          rules["value_kinds"])]
+    for key in unread:  # read before any value is checked: the engine stops at the first of these
+        problems.append(f"{key}: {_key_problem(fields.get(key), model['keys'][key], rules['value_kinds'], 0)}")
     for key, rule in model["keys"].items():
+        if key in unread:
+            continue
         problem = _key_problem(fields.get(key), rule, rules["value_kinds"], model["layers"])
         if problem:
             problems.append(f"{key}: {problem}")
-    return problems
+    return problems + tokenizer if late else problems
+
+
+def _shape_problems(fields: dict[str, Field], model: dict, value_kinds: dict) -> list[str]:
+    """b030961 reads the shape's u32 keys first (a missing one stops it), then picks the shape they all match."""
+    keys = model["keys"]
+    for key in model["shape_keys"]:
+        if not _readable(fields.get(key), keys[key], value_kinds):
+            return [f"{key}: {_key_problem(fields.get(key), keys[key], value_kinds, 0)}"]
+    got = {key: _value(fields, key) for key in model["shape_keys"]}
+    if all(got[k] == keys[k]["value"] for k in got):
+        return []
+    for name, shape in model.get("other_shapes", {}).items():
+        if all(got[k] == shape.get(k, keys[k]["value"]) for k in got):
+            return [f"DeepSeek4 shape: this is {name}, which ds4-converge does not serve (it serves "
+                    f"{model['shape_name']})"]
+    return [f"DeepSeek4 shape: matches neither {model['shape_name']} nor "
+            f"{' nor '.join(model.get('other_shapes', {}))} (" + ", ".join(
+                f"{k.removeprefix('deepseek4.')}={got[k]}" for k in got if got[k] != keys[k]["value"]) + ")"]
+
+
+def _readable(found: Field | None, rule: dict, value_kinds: dict) -> bool:
+    return found is not None and found.type.name in value_kinds[rule["kind"]]
 
 
 def _tokenizer_problems(fields: dict[str, Field], tokenizer: dict) -> list[str]:
@@ -380,6 +444,13 @@ def _tensor_bytes(ggml_type: int, dims) -> int:
     return -(-(math.prod(dims) % (1 << 64)) // block) * size
 
 
+def judge_files(main: Path, mtp: Path | None = None, dspark: Path | None = None,
+                knowledge: dict | None = None) -> list[str]:
+    """check_model_set() of the files as the engine whose knowledge is given sees them."""
+    return check_model_set(identify(main, knowledge), mtp=identify(mtp, knowledge) if mtp else None,
+                           dspark=identify(dspark, knowledge) if dspark else None)
+
+
 def check_model_set(main: ModelIdentity, mtp: ModelIdentity | None = None,
                     dspark: ModelIdentity | None = None) -> list[str]:
     """Every reason this combination must not be served; empty when it is fine."""
@@ -409,14 +480,14 @@ def _role_errors(identity: ModelIdentity, kind: Kind, role: str) -> list[str]:
 
 
 def _mtp_pairing_errors(main: ModelIdentity, mtp: ModelIdentity) -> list[str]:
-    if main.generation == "0731":
+    if main.generation == "0731":  # a fork rule: under upstream rules generation is None
         return [f"{main.path} is a 0731-generation base, which has no MTP head: "
                 f"do not pair it with {mtp.path} (drop model.mtp, or use a legacy base)"]
     return []
 
 
 def _drafter_pairing_errors(main: ModelIdentity, drafter: ModelIdentity) -> list[str]:
-    if drafter.kind == "dspark" and drafter.generation != main.generation:
+    if drafter.kind == "dspark" and drafter.generation and drafter.generation != main.generation:
         return [f"DSpark drafter {drafter.path} is {drafter.generation}-generation but the base {main.path} is "
                 f"{main.generation}-generation: use the drafter built for the base"]
     return []

@@ -16,7 +16,8 @@ from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
 from ds4_converge.engine.server_args import ModelPaths
 from ds4_converge.models.budget import estimate, judge, short_but_warned
 from ds4_converge.models.digests import check_in_place
-from ds4_converge.models.gguf import check_model_set, identify
+from ds4_converge.engine_knowledge import FORK, for_version, known_versions
+from ds4_converge.models.gguf import judge_files
 from ds4_converge.models.placement import SLOTS, Placement, dest_is_file, placements
 from ds4_converge.spec.sources import parse_source
 from ds4_converge.units import human_bytes
@@ -78,13 +79,25 @@ def what_changes(downloads: int, removals: int) -> str:
 
 
 def identity_findings(ctx: Context) -> list[Finding]:
-    """What each present file is; a drafter as the main model or a 0731 base with the legacy MTP is refused."""
+    """What each present file is; a drafter as the main model (or, by the fork's rules, a 0731 base with the
+    legacy MTP) is refused. Judged by the rules of the engine version the pin names; where the pin names none
+    the version is known only once it is built, so here a file is refused only when no known version takes
+    it, and the service role judges it again by the built version's rules before anything is stopped."""
     paths = {slot: getattr(ctx.models, slot) for slot in SLOTS}
     if not all(p is None or p.is_file() for p in paths.values()):
         return [Finding("info", "GGUF identity is checked once the files are downloaded")]
-    identities = {slot: identify(p) if p else None for slot, p in paths.items()}
-    return [Finding("error", message) for message in check_model_set(
-        identities["main"], mtp=identities["mtp"], dspark=identities["dspark"])]
+    verdicts = [judge_files(paths["main"], paths["mtp"], paths["dspark"], for_version(name))
+                for name in _versions_to_judge_by(ctx)]
+    if all(verdicts):
+        return [Finding("error", message) for message in verdicts[0]]
+    return []
+
+
+def _versions_to_judge_by(ctx: Context) -> list[str]:
+    engine = ctx.spec.engine
+    pinned = engine.commit or engine.ref or ""
+    named = [name for name in known_versions() if name != FORK and pinned.startswith(name)]
+    return named or known_versions()
 
 
 def budget_findings(ctx: Context) -> list[Finding]:

@@ -19,6 +19,7 @@ from ds4_converge.core.shell import CommandFailed, run
 from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.service import start_log
 from ds4_converge.core.state import Deployment
+from ds4_converge.models.gguf import judge_files
 from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
 from ds4_converge.models.placement import SLOTS
 from ds4_converge.service import guard, render, secrets, switch, systemd
@@ -31,6 +32,7 @@ SYSTEMCTL_TIMEOUT_S = 120
 
 def desired_deployment(ctx: Context) -> Deployment:
     server = ctx.spec.server
+    _check_models_for(ctx)
     kv_dir = ctx.host_path(server.kv_disk_dir) if server.kv_disk_dir else None
     try:
         argv = server_argv(ctx.release, server, ctx.models, kv_dir, ctx.spec.distributed)
@@ -55,6 +57,17 @@ def desired_deployment(ctx: Context) -> Deployment:
     conf = conf + "".join(f"; model {p}: {_identity(Path(p))}\n" for p in files)
     return Deployment(release=ctx.release.id, program_conf=conf, command=command, endpoint=ctx.endpoint,
                       model_files=files)
+
+
+def _check_models_for(ctx: Context) -> None:
+    """The model files as the built engine version sees them (the models role could only guess the version)."""
+    paths = {slot: getattr(ctx.models, slot) for slot in SLOTS}
+    if not all(p is None or p.is_file() for p in paths.values()):
+        return  # check mode before the download: the models role says when it is checked
+    errors = judge_files(paths["main"], paths["mtp"], paths["dspark"], ctx.release.knowledge)
+    if errors:
+        raise RoleFailed("; ".join(errors) + f" (judged by the rules of engine {ctx.release.engine}: "
+                         f"{ctx.release.engine_why or 'its release record'}); nothing was stopped")
 
 
 def _identity(path: Path) -> str:

@@ -124,7 +124,7 @@ class Model(Strict):
 
     main: ModelFile = Field(description="the model (-m); an MTP or DSpark file is refused here")
     mtp: ModelFile | None = Field(None, description="the MTP support file (--mtp)")
-    dspark: ModelFile | None = Field(None, description="the DSpark drafter (--dspark, fork only)")
+    dspark: ModelFile | None = Field(None, description="the DSpark support file (upstream b030961: --mtp FILE --dspark; the fork: --dspark FILE)")
     remove_unused: bool = Field(False, description="delete model files no release uses any more")
     memory_budget: Literal["enforce", "warn"] = Field(
         "enforce", description="a model set that does not fit in memory: enforce refuses it before anything changes; "
@@ -157,7 +157,7 @@ class Server(Strict):
     port: Int = Field(8000, ge=1, le=65535, description="--port; a port held by anyone else is refused before a stop")
     ctx: Int = Field(32768, ge=1, le=MAX_CTX, description="-c: context tokens allocated at start")
     tokens: Int | None = Field(None, ge=1, le=MAX_CTX, description="-n: default max output tokens")
-    power: Int | None = Field(None, ge=1, le=100, description="--power GPU duty cycle (fork only; below 100 costs speed; "
+    power: Int | None = Field(None, ge=1, le=100, description="--power GPU duty cycle (upstream b030961 and the fork; below 100 costs speed; "
                                                              "100 on a build without --power is not passed)")
     warm_weights: bool = Field(False, description="--warm-weights: touch the mapped weights at start")
     kv_disk_dir: PathStr | None = Field(None, description="--kv-disk-dir: where KV checkpoints are written")

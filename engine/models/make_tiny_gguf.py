@@ -1,6 +1,6 @@
 """The project's one GGUF writer: tiny synthetic DeepSeek-V4-Flash files with the metadata the real engine needs.
 
-Every key comes from engine/knowledge/ds4.yaml with the GGUF type the real engine reads (u32 keys as UINT32,
+Every key comes from the engine knowledge (engine/knowledge: the fork's, which has the drafter) with the GGUF type the real engine reads (u32 keys as UINT32,
 f32 keys as FLOAT32, arrays of UINT32 / FLOAT32, a BOOL), plus the tokenizer arrays vocab_load() reads first.
 The real ds4-server accepts the metadata of `main_model_kv()` and stops at its first missing tensor
 (tests/conformance checks exactly that). Output is deterministic.
@@ -20,7 +20,6 @@ plain Python values (bool → BOOL, int → UINT32, float → FLOAT32, str → S
 from __future__ import annotations
 
 import copy
-import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +27,10 @@ from typing import Any
 
 import gguf
 import numpy as np
-import yaml
+
+from ds4_converge.engine_knowledge import FORK, for_version
 
 HERE = Path(__file__).resolve().parent
-KNOWLEDGE = HERE.parent / "knowledge" / "ds4.yaml"
 T = gguf.GGUFValueType
 
 FILES = ["tiny-ds4flash.gguf", "tiny-ds4flash-0731.gguf", "tiny-mtp.gguf",
@@ -53,14 +52,9 @@ class Value:
 
 
 def knowledge() -> dict:
-    """A fresh copy each call (callers may change it); the file is parsed once, with libyaml when PyYAML has it."""
-    return copy.deepcopy(_parsed_knowledge())
-
-
-@functools.cache
-def _parsed_knowledge() -> dict:
-    with open(KNOWLEDGE, encoding="utf-8") as f:
-        return yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    """The fork's knowledge (the tiny files include its DSpark drafter and 0731 marker), a fresh copy each call
+    (callers may change it)."""
+    return copy.deepcopy(for_version(FORK))
 
 
 def tokenizer_kv(k: dict | None = None) -> dict[str, Value]:
@@ -87,13 +81,15 @@ def main_model_kv(k: dict | None = None) -> dict[str, Value | Any]:
     model = k["gguf"]["main_model"]
     kv: dict[str, Value | Any] = {"general.name": "DeepSeek-V4-Flash tiny synthetic"}
     kv.update(tokenizer_kv(k))
-    kv.update({key: key_value(rule, model["layers"]) for key, rule in model["keys"].items()})
+    # block_count first, as a conversion writes it (the knowledge lists it where its value is checked)
+    order = ["deepseek4.block_count", *(key for key in model["keys"] if key != "deepseek4.block_count")]
+    kv.update({key: key_value(model["keys"][key], model["layers"]) for key in order})
     return kv
 
 
 def dspark_kv(k: dict | None = None) -> dict[str, Any]:
     k = k or knowledge()
-    return {"general.name": "DeepSeek-V4-Flash DSpark drafter tiny synthetic", **k["dspark_drafter"]["required"],
+    return {"general.name": "DeepSeek-V4-Flash DSpark drafter tiny synthetic", **k["gguf"]["dspark_drafter"]["required"],
             "deepseek4.dspark.target_layers": [40, 41, 42]}
 
 
@@ -150,12 +146,12 @@ def build(outdir=HERE):
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     k = knowledge()
-    variant = {k["generation"]["variant_key"]: k["generation"]["newer"]}
+    variant = {k["gguf"]["generation"]["variant_key"]: k["gguf"]["generation"]["newer"]}
     write(outdir / "tiny-ds4flash.gguf", "deepseek4", main_model_kv(k), main_tensors(k))
     write(outdir / "tiny-ds4flash-0731.gguf", "deepseek4", {**main_model_kv(k), **variant}, main_tensors(k))
     write(outdir / "tiny-mtp.gguf", "deepseek4", {"general.name": "DeepSeek-V4-Flash MTP tiny synthetic"},
           mtp_tensors(k))
-    drafter = k["dspark_drafter"]
+    drafter = k["gguf"]["dspark_drafter"]
     dt = [("dspark.markov.weight", _t((4, 4), 5)), ("blk.0.attn_norm.weight", _t((8,), 6))]
     write(outdir / "tiny-dspark-0731.gguf", drafter["architecture"], {**dspark_kv(k), **variant}, dt)
     write(outdir / "tiny-dspark-legacy.gguf", drafter["architecture"], dspark_kv(k), dt)

@@ -46,19 +46,6 @@ KNOWN_FAULTS = ("none", "crash-at-start", "crash-after", "hang", "wrong-model",
 Opt = collections.namedtuple("Opt", "names meta key kind text check fork", defaults=(None, False))
 
 
-# kernel, weight-load and backend options of ds4 and ds4-bench (ds4-server words its own)
-RUN_OPTIONS = [
-    Opt(("--quality",), None, "quality", "flag", "Prefer exact kernels where faster approximate paths exist."),
-    Opt(("--warm-weights",), None, "warm", "flag", "Touch mapped tensor pages before running."),
-    "  --metal | --cuda | --cpu | --backend NAME",
-    "      Select backend explicitly.",
-    Opt(("--metal",), None, "backend", "const:metal", None),
-    Opt(("--cuda",), None, "backend", "const:cuda", None),
-    Opt(("--cpu",), None, "backend", "const:cpu", None),
-    Opt(("--backend",), "NAME", "backend", "str", None),
-]
-
-
 def check(ok, msg="invalid value for %(opt)s: %(val)s"):
     """A validator for an Opt row: the message msg (with %(opt)s, the option as
     given, and %(val)s, the value as given) when ok(converted value) is false."""
@@ -685,26 +672,6 @@ def choose_backend(requested):
     if backend == "metal":
         die("ds4: Metal backend requested but this build is linked with CUDA, not Metal", 1)
     return backend
-
-
-def load_on_signals(g, backend, warm, hang=False):
-    """The weight-load phase of the one-shot programs (ds4, ds4-bench) under their
-    SIGTERM/SIGINT handling: a first signal asks for a stop (the load ends with
-    exit 130), a second exits 130 at once. Returns a function that tells whether a
-    stop was asked for, for the program to poll after the load."""
-    stop = {"v": False}
-
-    def on_sig(_s, _f):
-        if stop["v"]:
-            os._exit(130)
-        stop["v"] = True
-    signal.signal(signal.SIGTERM, on_sig)
-    signal.signal(signal.SIGINT, on_sig)
-    try:
-        simulate_load(g, backend, warm, lambda: stop["v"], hang=hang)
-    except Stop:
-        sys.exit(130)
-    return lambda: stop["v"]
 
 
 # --------------------------------------------------------------------------- memory

@@ -33,7 +33,7 @@ case "$CUDA_ARCH" in
     *)              log "building: make cuda CUDA_ARCH=$CUDA_ARCH"; make -j"$BUILD_JOBS" cuda CUDA_ARCH="$CUDA_ARCH" ;;
 esac
 
-for b in ds4 ds4-server ds4-bench; do
+for b in ds4-server; do
     [ -x "$DS4_SRC_DIR/$b" ] || die "build did not produce $b"
 done
 log "done: $DS4_SRC_DIR/ds4-server"

@@ -1,9 +1,10 @@
-"""Model metadata: for every variant of a synthetic GGUF, ds4-converge's verdict is the real engine's.
+"""Model metadata: for every variant of a synthetic GGUF, ds4-converge's verdict is the real engine's, per version.
 
 The real ds4-server accepted a file's metadata when it gets as far as binding tensors ("ds4: required tensor is
-missing: …", exit 1): our tiny files carry two tensors only. Otherwise it refused, naming a key; ds4-converge
-must refuse too, naming the same key first. The simulated engine (engine/sim), which stands in for the real
-one in the end-to-end tests, must print the very same last line.
+missing: …", exit 1): our tiny files carry two tensors only. Otherwise it refused, naming a key; ds4-converge,
+judging by the rules it knows for that version, must refuse too, naming the same key first. Each variant runs
+through both upstream versions (a run takes milliseconds). The simulated engine (engine/sim), which plays
+8d57664 in the end-to-end tests, must print the very same last line as 8d57664.
 """
 from __future__ import annotations
 
@@ -25,16 +26,17 @@ import ds4_common as sim  # noqa: E402
 import make_tiny_gguf as tiny_gguf  # noqa: E402
 from make_tiny_gguf import T, Value  # noqa: E402
 
+from ds4_converge.engine_knowledge import BASE, FORK, for_version  # noqa: E402
 from ds4_converge.engine_knowledge import load as load_knowledge  # noqa: E402
 from ds4_converge.models.gguf import identify  # noqa: E402
 
-K = load_knowledge()
+K = load_knowledge()  # the variants are made from the base (8d57664) rules; each version judges them
 RULES = K["gguf"]["main_model"]
 LAYERS = RULES["layers"]
 TOKENIZER = K["gguf"]["tokenizer"]
 ACCEPTED = "accepted"
 
-pytestmark = pytest.mark.slow  # runs the real ds4-server some 250 times (about 10 s)
+pytestmark = pytest.mark.slow  # runs each real ds4-server some 260 times (about 10 s in all)
 
 
 @dataclass
@@ -145,8 +147,18 @@ def variants() -> list[Variant]:
     found.append(version2)
     found.append(Variant("an MTP head", {"general.name": "MTP"}, tiny_gguf.mtp_tensors(K)))
     found.append(Variant("an MTP head with the main model's metadata", _base(), tiny_gguf.mtp_tensors(K)))
-    found.append(Variant("a DSpark drafter", tiny_gguf.dspark_kv(K), ["dspark.0.attn_norm.weight"],
-                         arch=K["dspark_drafter"]["architecture"]))
+    fork = for_version(FORK)["gguf"]["dspark_drafter"]
+    found.append(Variant("a DSpark drafter (the fork's)", tiny_gguf.dspark_kv(), ["dspark.0.attn_norm.weight"],
+                         arch=fork["architecture"]))
+    # b030961 picks a shape from the metadata: DeepSeek V4 Pro is one it knows (and the tool does not serve)
+    pro = dict(for_version("b030961")["gguf"]["main_model"]["other_shapes"]["DeepSeek V4 Pro"])
+    layers = pro["deepseek4.block_count"]
+    pro["deepseek4.attention.compress_ratios"] = Value(  # ds4_expected_layer_compress_ratio() for PRO
+        T.ARRAY, [128 if il < 2 else (4 if il % 2 == 0 else 128) for il in range(layers)], T.UINT32)
+    pro["deepseek4.swiglu_clamp_exp"] = Value(T.ARRAY, [10.0] * layers, T.FLOAT32)
+    pro["deepseek4.expert_weights_scale"] = Value(T.FLOAT32, 2.5)
+    found.append(_with("the DeepSeek V4 Pro shape", **pro))
+    found.append(_with("two shape keys wrong", **{"deepseek4.block_count": 61, "deepseek4.expert_count": 384}))
     return found
 
 
@@ -162,11 +174,11 @@ def write(variant: Variant, path: Path) -> Path:
     return path
 
 
-# the engine's messages, and which key (or tensor) each one names
+# the engine's messages, and which key (or tensor) each one names ({shape}: the version's shape name)
 ENGINE_MESSAGES = [
     (r"required tensor is missing: (\S+)", None),
     (r"required metadata key is missing: (\S+)", "{}"),
-    (r"expected (\S+?)=\S+ for DeepSeek4 Flash", "deepseek4.{}"),
+    (r"expected (\S+?)=\S+ for {shape}, got", "deepseek4.{}"),
     (r"metadata key has a non-(?:integer|float) type(?: \d+)?: (\S+)", "{}"),
     (r"required (?:int32/uint32|float) array metadata key is missing: (\S+)", "{}"),
     (r"(deepseek4\.\S+) is shorter than the layer count", "{}"),
@@ -176,13 +188,15 @@ ENGINE_MESSAGES = [
     (r"GGUF tokenizer (merge) table is missing or invalid", TOKENIZER["merges"]),
     (r"required tokenizer token is missing: (.+)", TOKENIZER["tokens"]),
     (r"(only GGUF v3 is supported)", "GGUF version"),
+    (r"(unsupported DeepSeek4 shape): ", "DeepSeek4 shape"),
 ]
 
 
-def engine_verdict(last_line: str) -> str:
+def engine_verdict(last_line: str, knowledge: dict) -> str:
     """ACCEPTED, or the key the engine's refusal names."""
+    shape = re.escape(knowledge["gguf"]["main_model"]["shape_name"])
     for pattern, key in ENGINE_MESSAGES:
-        match = re.search(pattern, last_line)
+        match = re.search(pattern.replace("{shape}", shape), last_line)
         if match:
             if key is None:
                 # the metadata passed; a main model that lacks even the first tensor is not one
@@ -191,8 +205,8 @@ def engine_verdict(last_line: str) -> str:
     raise AssertionError(f"an engine message this test does not know: {last_line!r}")
 
 
-def our_verdict(path: Path) -> str:
-    ident = identify(path)
+def our_verdict(path: Path, knowledge: dict) -> str:
+    ident = identify(path, knowledge)
     if ident.kind == "main":
         return ACCEPTED
     if ident.kind in ("mtp", "dspark"):
@@ -212,17 +226,31 @@ def sim_last_line(path: Path) -> str:
     return "(accepted)"
 
 
+_RUNS: dict[str, dict] = {}
+
+
+def _verdicts(engine, folder: Path) -> dict:
+    """Run one real ds4-server once per variant: {name: (path, exit status, last line of stderr)}."""
+    if engine.version not in _RUNS:
+        lock = folder / "ds4.lock"
+        results = {}
+        for number, variant in enumerate(VARIANTS):
+            path = write(variant, folder / f"v{number}.gguf")
+            proc = engine.run_server("-m", path, "--port", "1", lock=lock)
+            results[variant.name] = (path, proc.returncode, proc.stderr.strip().splitlines()[-1])
+        _RUNS[engine.version] = results
+    return _RUNS[engine.version]
+
+
 @pytest.fixture(scope="module")
-def real_verdicts(engine, tmp_path_factory):
-    """Run the real ds4-server once per variant: {name: (path, exit status, last line of stderr)}."""
-    folder = tmp_path_factory.mktemp("variants")
-    lock = folder / "ds4.lock"
-    results = {}
-    for number, variant in enumerate(VARIANTS):
-        path = write(variant, folder / f"v{number}.gguf")
-        proc = engine.run_server("-m", path, "--port", "1", lock=lock)
-        results[variant.name] = (path, proc.returncode, proc.stderr.strip().splitlines()[-1])
-    return results
+def real_verdicts(each_engine, tmp_path_factory):
+    return each_engine, _verdicts(each_engine, tmp_path_factory.mktemp(f"variants-{each_engine.version}"))
+
+
+@pytest.fixture(scope="module")
+def base_verdicts(engine, tmp_path_factory):
+    """8d57664's verdicts: the version the simulator plays."""
+    return _verdicts(engine, tmp_path_factory.mktemp("variants-base"))
 
 
 def test_the_variants_cover_every_key_and_type():
@@ -232,24 +260,52 @@ def test_the_variants_cover_every_key_and_type():
     assert len(VARIANTS) > 150
 
 
+# where ds4-converge refuses what the engine takes, on purpose
+TOOL_POLICY = {"the DeepSeek V4 Pro shape": "DeepSeek4 shape"}  # b030961 serves PRO; this tool serves Flash
+
+
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
 def test_ds4_converge_agrees_with_the_real_engine(real_verdicts, variant):
-    path, status, last = real_verdicts[variant.name]
+    engine, verdicts = real_verdicts
+    knowledge = for_version(engine.version)
+    path, status, last = verdicts[variant.name]
     assert status == 1, last  # every variant ends at the engine's model checks
-    real = engine_verdict(last)
-    ours = our_verdict(path)
+    real = engine_verdict(last, knowledge)
+    ours = our_verdict(path, knowledge)
+    tokenizer_late = knowledge["gguf"]["tokenizer"]["checked"] == "after_tensors"
     if real.startswith("tensor "):
-        # metadata the engine takes, without the main model's first tensor: an MTP head given as the main model
-        assert ours == "refused as mtp", (last, identify(path))
-    elif variant.arch == K["dspark_drafter"]["architecture"] or variant.name == "an MTP head":
-        assert real != ACCEPTED and ours.startswith("refused as"), (last, ours)
+        # metadata the engine takes, without the main model's first tensor: a support file given as the main model
+        # (8d57664: any mtp.0.* tensor makes it an MTP head; b030961 asks for more, so it is no support file)
+        assert ours == "refused as mtp" or engine.version != BASE and ours == "support file", (last, ours)
+    elif variant.name in ("an MTP head", "a DSpark drafter (the fork's)"):
+        assert real != ACCEPTED and ours != ACCEPTED, (last, ours)
+    elif real == ACCEPTED and tokenizer_late and ours in (TOKENIZER["tokens"], TOKENIZER["merges"]):
+        # b030961 reads the tokenizer once the weights are bound, which the tiny files have not: the engine
+        # would refuse it there, and the tool's verdict is 8d57664's, where the tokenizer comes first
+        assert ours == our_verdict(path, for_version(BASE)), (last, ours)
+    elif variant.name in TOOL_POLICY and real == ACCEPTED and engine.version != BASE:
+        assert ours == TOOL_POLICY[variant.name], (last, identify(path, knowledge).problems)
     else:
-        assert ours == real, (last, identify(path).problems)
+        assert ours == real, (last, identify(path, knowledge).problems)
+
+
+def test_the_versions_differ_where_the_knowledge_says(real_verdicts):
+    """The premise of knowing rules per version: b030961 takes a file without the four rope keys that 8d57664
+    requires, and words a wrong shape key as an unsupported shape."""
+    engine, verdicts = real_verdicts
+    rope = [v.name for v in VARIANTS if v.name.startswith("deepseek4.rope.scaling.") and v.name.endswith(" missing")]
+    assert len(rope) == 4
+    wanted = ACCEPTED if engine.version == "b030961" else None
+    for name in rope:
+        real = engine_verdict(verdicts[name][2], for_version(engine.version))
+        assert (real == ACCEPTED) == (wanted == ACCEPTED), (name, real)
+    block = engine_verdict(verdicts["deepseek4.block_count = 44 (UINT32)"][2], for_version(engine.version))
+    assert block == ("DeepSeek4 shape" if engine.version == "b030961" else "deepseek4.block_count")
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
-def test_the_simulator_says_what_the_real_engine_says(real_verdicts, variant):
-    path, _status, last = real_verdicts[variant.name]
+def test_the_simulator_says_what_the_real_engine_says(base_verdicts, variant):
+    path, _status, last = base_verdicts[variant.name]
     sim_line = sim_last_line(path)
     if "required tensor is missing" in last:
         assert sim_line == "(accepted)", sim_line  # the simulated model has no tensors to bind
@@ -257,23 +313,24 @@ def test_the_simulator_says_what_the_real_engine_says(real_verdicts, variant):
         assert sim_line == last
 
 
-def test_the_shipped_tiny_models_are_what_the_real_engine_takes(engine, lock):
+def test_the_shipped_tiny_models_are_what_the_real_engine_takes(each_engine, lock):
     for name in ("tiny-ds4flash.gguf", "tiny-ds4flash-0731.gguf"):
-        proc = engine.run_server("-m", REPO / "engine" / "models" / name, lock=lock)
+        proc = each_engine.run_server("-m", REPO / "engine" / "models" / name, lock=lock)
         assert proc.returncode == 1 and "ds4: required tensor is missing: output_hc_base.weight" in proc.stderr
-        assert identify(REPO / "engine" / "models" / name).kind == "main"
+        assert identify(REPO / "engine" / "models" / name, for_version(each_engine.version)).kind == "main"
 
 
 @pytest.mark.parametrize("what", ["missing", "empty", "too small", "zeros", "version 2", "truncated tensor data"])
-def test_files_that_are_not_models_fail_alike(engine, lock, tmp_path, what):
+def test_files_that_are_not_models_fail_alike(each_engine, lock, tmp_path, what):
     path = tmp_path / "model.gguf"
     good = (REPO / "engine" / "models" / "tiny-ds4flash.gguf").read_bytes()
     content = {"missing": None, "empty": b"", "too small": b"GGUF12345", "zeros": b"\0" * 100,
                "version 2": good[:4] + (2).to_bytes(4, "little") + good[8:], "truncated tensor data": good[:-40]}[what]
     if content is not None:
         path.write_bytes(content)
-    real = engine.run_server("-m", path, lock=lock)
+    real = each_engine.run_server("-m", path, lock=lock)
     assert real.returncode == 1
     last = real.stderr.strip().splitlines()[-1]
-    assert sim_last_line(path) == last
-    assert identify(path).kind == "unknown"
+    if each_engine.version == BASE:
+        assert sim_last_line(path) == last
+    assert identify(path, for_version(each_engine.version)).kind == "unknown"

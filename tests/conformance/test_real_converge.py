@@ -61,7 +61,8 @@ def test_first_install_of_the_real_engine_dies_at_model_load_and_says_so(upstrea
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=upstream_repo, capture_output=True,
                                 text=True).stdout.strip()
         assert (record["commit"], record["ref"], record["target"]) == (commit, K["upstream"]["commit"], "cpu")
-        assert set(record["flags"]) == set(K["flags"]["upstream"])
+        assert set(record["flags"]) == set(K["flags"]["listed"])
+        assert record["engine"] == K["upstream"]["commit"]  # the ref names it (the commit is this repo's own)
         assert "make -j2 cpu" in (release / "build.log").read_text()
         assert release.name.startswith(commit[:12] + "-cpu-")
 

@@ -9,10 +9,12 @@ import subprocess
 
 import pytest
 
+from boxes import MODEL
+
 from ds4_converge.orchestrate.context import make_context
 from ds4_converge.core.plan import RoleFailed
 from ds4_converge.engine import role as engine
-from ds4_converge.engine.release import RECORD, BuildRequest, Release, Toolkit
+from ds4_converge.engine.release import RECORD, RECORD_FORMAT, BuildRequest, Release, Toolkit
 from ds4_converge.engine.server_args import ModelPaths
 from ds4_converge.facts import HostFacts
 from ds4_converge.models import role as models
@@ -49,7 +51,7 @@ def no_commands(monkeypatch):
 def test_service_applies_the_text_its_plan_rendered_and_renders_nothing_again(tmp_path, monkeypatch):
     ctx = context(tmp_path)
     model = tmp_path / "model.gguf"
-    model.write_bytes(b"GGUF")
+    model.write_bytes(MODEL.read_bytes())  # the service role judges it by the release's engine version too
     ctx.release = Release(id="r1", path=tmp_path / "releases" / "r1", commit=COMMIT, ref="v1", target="cpu",
                           cuda_arch=None, toolkit=Toolkit(), flags=FLAGS)
     ctx.models = ModelPaths(main=model)
@@ -142,7 +144,9 @@ def built_release(ctx, commit: str, ref: str) -> str:
     (path / "ds4-server").write_text("")
     (path / RECORD).write_text(json.dumps({"commit": commit, "ref": ref, "target": "cpu", "cuda_arch": None,
                                            "toolkit": {"nvcc": None, "cuda_home": None, "version": None},
-                                           "flags": sorted(FLAGS)}))
+                                           "flags": sorted(FLAGS), "format": RECORD_FORMAT,
+                                           "options": {f: 1 for f in FLAGS}, "engine": "8d57664",
+                                           "engine_why": "test"}))
     return request.release_id
 
 

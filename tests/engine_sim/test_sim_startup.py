@@ -6,13 +6,14 @@ import re
 import socket
 
 import pytest
-import yaml
 
 import make_tiny_gguf as tiny_gguf
-from ds4_converge.engine.release import parse_help_flags
-from engine_sim_support import ENGINE, MODELS, clean_env, free_port, run, serve
+from ds4_converge.engine.release import parse_help_flags, parse_help_options
+from ds4_converge.engine_knowledge import BASE, FORK, for_version
+from engine_sim_support import MODELS, clean_env, free_port, run, serve
 
-KNOWLEDGE = yaml.safe_load((ENGINE / "knowledge" / "ds4.yaml").read_text())
+# the simulator plays upstream 8d57664 and the fork
+KNOWLEDGE = {"upstream": for_version(BASE), "fork": for_version(FORK)}
 
 
 def help_flags(text):
@@ -41,14 +42,11 @@ def test_help_exits_0_and_lists_every_flag(which, request, tmp_path):
     assert r.stderr == ""
     flags = help_flags(r.stdout)
     assert set(flags) == parse_help_flags(r.stdout), "ds4-converge reads the same flags"
-    assert set(KNOWLEDGE["flags"]["upstream"]) <= set(flags)
     assert "--kv-cache-min-tokens" in flags and flags["--port"] == "N" and flags["--cors"] is None
     assert flags["--backend"] == "NAME" and flags["--metal"] is None
-    fork_only = set(KNOWLEDGE["flags"]["fork_only"])
-    if which == "fork":
-        assert fork_only <= set(flags)
-    else:
-        assert set(flags) == set(KNOWLEDGE["flags"]["upstream"])
+    assert set(flags) == set(KNOWLEDGE[which]["flags"]["listed"])
+    options = parse_help_options(r.stdout)
+    assert {f for f, n in options.items() if n == 0} == set(KNOWLEDGE[which]["flags"]["switches"])
     # every listed flag is accepted by the parser: all of them, then --help
     argv = [binary]
     for f, meta in flags.items():

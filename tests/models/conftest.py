@@ -59,9 +59,9 @@ class GgufSet:
 @pytest.fixture(scope="session")
 def gguf_files(tmp_path_factory) -> GgufSet:
     d = tmp_path_factory.mktemp("gguf")
-    k = load_knowledge()
+    k = tiny_gguf.knowledge()  # the fork's: the drafter and the 0731 marker are its facts
     main_kv = tiny_gguf.main_model_kv(k)
-    variant = {k["generation"]["variant_key"]: k["generation"]["newer"]}
+    variant = {k["gguf"]["generation"]["variant_key"]: k["gguf"]["generation"]["newer"]}
     dspark_kv = tiny_gguf.dspark_kv(k)
     blk = tiny_gguf.main_tensors(k)
     drafter = ["dspark.0.attn_norm.weight"]

@@ -2,9 +2,16 @@ import gguf
 import pytest
 
 import make_tiny_gguf as tiny_gguf
+from ds4_converge.engine_knowledge import FORK, for_version
 from ds4_converge.engine_knowledge import load as load_knowledge
-from ds4_converge.models.gguf import check_model_set, identify, read_gguf_header
+from ds4_converge.models import gguf as gguf_rules
+from ds4_converge.models.gguf import check_model_set, read_gguf_header
 from make_tiny_gguf import T, Value
+
+
+def identify(path, knowledge=None):
+    """Files judged by the fork's rules (every 8d57664 rule, plus its drafter and generations) unless told."""
+    return gguf_rules.identify(path, knowledge or for_version(FORK))
 
 
 @pytest.mark.parametrize("name, kind, generation, arch", [

@@ -35,7 +35,6 @@ BUILD_ENV: dict[str, str] = {}
 # a release that never serves a token is built at -O0: the same sources in a fraction of the time
 NEVER_SERVES_ENV = {"CFLAGS": "-O0 -std=c99 -w"}
 CONVERGE_TIMEOUT = 600
-NEEDS_TOPICS = "needs per-version help topics (i17k): b030961 lists --mtp only on `--help runtime`"
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +215,6 @@ def test_power_75_is_accepted_on_b030961(box):
     assert serving(box)[0] == release
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_TOPICS)
 def test_speculative_mtp_with_the_phantom_support_file_is_accepted_on_b030961(box):
     rc, document = converge(box, "server.speculative.mode=mtp")
     assert rc == 0 and document["ok"], document

@@ -94,13 +94,76 @@ def test_release_id_separates_arch_and_toolkit():
                                 "CUDA_HOME=/usr/local/cuda-13.0"]
 
 
-def _release(flags):
+def _release(flags, values=None):
     from pathlib import Path
 
     from ds4_converge.engine.release import Release
 
     return Release(id="r", path=Path("/opt/r"), commit="a" * 40, ref="v1", target="cpu", cuda_arch=None,
-                   toolkit=Toolkit(), flags=frozenset(flags))
+                   toolkit=Toolkit(), flags=frozenset(flags), values=values or {})
+
+
+TOPIC_HELP = """ds4-server
+Usage: ds4-server [options]
+
+Model And Runtime
+  -m, --model FILE               GGUF model path. Default: ds4flash.gguf
+  --metal | --cuda | --cpu       Select the backend explicitly.
+  --gpu-vram N[,N,...]|auto      CUDA VRAM budgets per device, in GiB, or auto-detect free VRAM.
+  --power N                      GPU duty-cycle target, 1..100. Default: 100
+  --ssd-streaming-cache-experts N|NGB
+      SSD streaming: N is an exact dynamic expert count; --mtp is not named here.
+
+More Info
+    Runtime full info:         --help runtime
+    Distributed inference:     --help distributed
+"""
+
+
+def test_help_options_count_each_flags_values():
+    from ds4_converge.engine.release import help_topics, parse_help_options
+
+    assert parse_help_options(TOPIC_HELP) == {"-m": 1, "--model": 1, "--metal": 0, "--cuda": 0, "--cpu": 0,
+                                              "--gpu-vram": 1, "--power": 1, "--ssd-streaming-cache-experts": 1}
+    assert parse_help_options("  --listen HOST PORT             Coordinator listen address\n"
+                              "  --dspark                       Enable DSpark\n") == {"--listen": 2, "--dspark": 0}
+    assert parse_help_options("  --metal | --cuda | --cpu | --backend NAME\n") == {
+        "--metal": 0, "--cuda": 0, "--cpu": 0, "--backend": 1}
+    assert help_topics(TOPIC_HELP) == ["runtime", "distributed"]
+    assert help_topics(HELP) == []
+
+
+def test_every_topic_page_counts_and_the_version_is_named():
+    from ds4_converge.engine.release import HelpText, server_options
+
+    runtime = "  --mtp FILE                     Optional MTP support GGUF.\n  --dspark                       Enable.\n"
+    distributed = "  --role ROLE                    Distributed role.\n  --tensor-parallel              (ds4 CLI)\n"
+    options, version = server_options(HelpText(TOPIC_HELP, {"runtime": runtime, "distributed": distributed}),
+                                      commit="f" * 40, ref="main")
+    assert options["--mtp"] == 1 and options["--dspark"] == 0 and options["--role"] == 1
+    assert "--tensor-parallel" not in options  # b030961's server refuses it: an option of the ds4 CLI
+    assert version.name == "b030961" and "not a known version" in version.why and "topic pages" in version.why
+    _, known = server_options(HelpText(TOPIC_HELP, {}), commit="b030961" + "0" * 33, ref="v1")
+    assert known.name == "b030961" and known.why == "commit b03096100000 is upstream b030961"
+    _, fork = server_options(HelpText(HELP, {}), commit="f" * 40, ref="v0.5.6")
+    assert fork.name == "fork" and "--no-update-check" in fork.why
+    _, old = server_options(HelpText("  --mtp FILE\n", {}), commit="f" * 40, ref="8d57664")
+    assert old.name == "8d57664"
+
+
+def test_dspark_is_rendered_as_the_build_spells_it():
+    from pathlib import Path
+
+    from ds4_converge.engine.server_args import ModelPaths, server_argv
+    from ds4_converge.spec.model import Server
+
+    base = {"--model": 1, "--ctx": 1, "--host": 1, "--port": 1, "--mtp": 1}
+    models = ModelPaths(Path("/m.gguf"), dspark=Path("/d.gguf"))
+    spec = Server(speculative={"mode": "dspark"})
+    upstream = _release(set(base) | {"--dspark"}, {**base, "--dspark": 0})  # b030961: a switch
+    assert server_argv(upstream, spec, models, None)[-3:] == ["--mtp", "/d.gguf", "--dspark"]
+    fork = _release(set(base) | {"--dspark"}, {**base, "--dspark": 1})  # the fork: --dspark FILE
+    assert server_argv(fork, spec, models, None)[-2:] == ["--dspark", "/d.gguf"]
 
 
 def test_server_argv_uses_the_spelling_the_binary_lists_and_refuses_what_it_lacks():
@@ -113,7 +176,7 @@ def test_server_argv_uses_the_spelling_the_binary_lists_and_refuses_what_it_lack
     argv = server_argv(upstream, Server(ctx=4096, warm_weights=True), ModelPaths(Path("/m.gguf")), None)
     assert argv == ["/opt/r/ds4-server", "--model", "/m.gguf", "--host", "127.0.0.1", "--port", "8000",
                     "--ctx", "4096", "--warm-weights"]
-    with pytest.raises(UnsupportedSettings, match=r"server.power needs --power \(a flag of the Entrpi fork only\)"):
+    with pytest.raises(UnsupportedSettings, match=r"server.power needs --power \(a flag of upstream b030961 and the Entrpi fork\)"):
         server_argv(upstream, Server(power=75), ModelPaths(Path("/m.gguf")), None)
     with pytest.raises(UnsupportedSettings, match="'--bogus' is not an option"):
         server_argv(upstream, Server(extra_args=["--bogus"]), ModelPaths(Path("/m.gguf")), None)
@@ -132,7 +195,7 @@ def test_power_100_on_a_build_without_power_is_not_rendered_but_noted():
     assert "--power" not in argv
     assert not_rendered(upstream, Server(power=100)) == [
         "server.power 100 is not passed: this ds4-server has no --power and always runs at full duty cycle "
-        "(--power is a flag of the Entrpi fork)"]
+        "(--power (a flag of upstream b030961 and the Entrpi fork))"]
     assert not_rendered(upstream, Server()) == []
     fork = _release({"--model", "--ctx", "--host", "--port", "--power"})
     assert server_argv(fork, Server(power=100), ModelPaths(Path("/m.gguf")), None)[-2:] == ["--power", "100"]

@@ -3,7 +3,7 @@
   build.py cuda-object --arch A --version-file F --out ds4_cuda.o
   build.py link --target T --python /abs/python [--cuda-object ds4_cuda.o]
 
-`link` produces the executables ds4, ds4-server and ds4-bench in the tree root:
+`link` produces the executable ds4-server in the tree root (the tool runs no other engine program):
 zip applications whose first line is "#!<python>", with the build settings
 (target, CUDA arch, nvcc version line, flavour, version, sim.conf) baked in.
 """
@@ -16,10 +16,9 @@ import sys
 import zipapp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODULES = ["ds4_common.py", "ds4_gen.py", "ds4_speed.py", "ds4_server.py", "ds4_cli.py", "ds4_bench.py",
-           "ds4_distributed.py"]
-PROGRAMS = {"ds4-server": "ds4_server", "ds4": "ds4_cli", "ds4-bench": "ds4_bench"}
-C_UNITS = ["ds4.c", "ds4_kvstore.c", "ds4_server.c", "ds4_cli.c", "ds4_bench.c"]
+MODULES = ["ds4_common.py", "ds4_gen.py", "ds4_speed.py", "ds4_server.py", "ds4_distributed.py"]
+PROGRAMS = {"ds4-server": "ds4_server"}
+C_UNITS = ["ds4.c", "ds4_kvstore.c", "ds4_server.c"]
 
 
 def read(name, default=""):
