@@ -54,8 +54,11 @@ ANSIBLE_TEST_WHEELS := build/ansible-test/wheels
 $(ANSIBLE_TEST_WHEELS)/.downloaded: $(VENV)/.installed-dev
 	bash .ci/ansible-test-wheels.sh $(VENV) $(ANSIBLE_TEST_WHEELS)
 
+# Two workers, a test file each at a time (a file's tests keep their order and module fixtures): most of the
+# suite waits on engines, supervisord, ssh and HTTP, so two files at once fit two cores; --durations lists the
+# slowest in the log.
 test: lint-imports $(ANSIBLE_TEST_WHEELS)/.downloaded collection
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
 # Under 10 s on 2 idle cores: a few hypothesis examples per property (make test runs them all), and only the
 # plugins these tests use (testinfra and anyio serve the fleet tests: loading them costs a second; the
