@@ -76,6 +76,8 @@ def engine_repo(tmp_path_factory) -> Path:
       broken-build    the Makefile stops at once ($(error …))
       dies-at-start   the engine requires a metadata key no model has: it exits 1 at load, as a bad release does
       wrong-answer    greedy sampling picks the token after the best one: the engine answers, wrongly
+      hangs-at-start  after its options (so --help answers) the server ignores SIGTERM and waits forever,
+                      never binding its port
     """
     archives = {v: real_engine.tarball(v) for v in real_engine.VERSIONS}
     if None in archives.values():
@@ -102,5 +104,9 @@ def engine_repo(tmp_path_factory) -> Path:
     _commit_on(tree, base, "wrong-answer", "Greedy sampling picks the token after the best",
                lambda t: _edit(t / "ds4.c", "            best = (int)i;\n        }\n    }\n    return best;\n}",
                                "            best = (int)i;\n        }\n    }\n    return best + 1;\n}"))
+    _commit_on(tree, base, "hangs-at-start", "Hang before binding the port, deaf to SIGTERM",
+               lambda t: _edit(t / "ds4_server.c", "    server_config cfg = parse_options(argc, argv);\n",
+                               "    server_config cfg = parse_options(argc, argv);\n"
+                               "    signal(SIGTERM, SIG_IGN);\n    for (;;) pause();\n"))
     _git(tree, "checkout", "-q", "main")
     return tree

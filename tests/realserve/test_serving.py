@@ -121,6 +121,19 @@ def test_a_release_that_dies_at_start_is_reverted_to_the_real_last_good(box):
     assert now == release and new_pid not in (None, pid)
 
 
+def test_a_release_that_hangs_is_reverted_within_its_own_deadline(box):
+    """The real engine that never binds its port and ignores SIGTERM: it never served, so the revert neither
+    drains it nor waits server.stop_wait_s (600 s here) for it: a short grace, SIGKILL, and last good answers."""
+    release, _ = serving(box)
+    started = time.monotonic()
+    rc, document = converge(box, "engine.ref=hangs-at-start", "health.deadline_s=20", "server.stop_wait_s=600",
+                            env=NEVER_SERVES_ENV)
+    took = time.monotonic() - started
+    assert rc == 1 and document["reverted"], document["error"]
+    assert serving(box)[0] == release and answer(box) == " phantom"
+    assert took < 400, f"the revert waited for the hung engine: {took:.0f} s"
+
+
 def test_a_release_that_answers_wrongly_is_reverted_to_the_real_last_good(box):
     release, _ = serving(box)
     rc, document = converge(box, "engine.ref=wrong-answer")
