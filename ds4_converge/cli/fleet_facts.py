@@ -42,8 +42,6 @@ def last_revert(logs: Path) -> dict | None:
 
 def last_bench(bench_results: Path) -> dict | None:
     """{"at", "release", "decode_tps"} of the newest bench record (bench, tune or the performance gate)."""
-    from ds4_converge.health.bench import headline
-
     try:
         with open(bench_results, "rb") as handle:
             handle.seek(0, os.SEEK_END)
@@ -54,11 +52,17 @@ def last_bench(bench_results: Path) -> dict | None:
     for line in reversed(lines):
         try:
             record = json.loads(line)
-            decode = headline(record)
+            decode = _headline(record)
         except (ValueError, KeyError, TypeError, AttributeError):
             continue  # a torn last line, or the tail of a line cut by the seek
         return {"at": record.get("at"), "release": record.get("release"), "decode_tps": decode}
     return None
+
+
+def _headline(record: dict) -> float | None:
+    """health.bench.headline without importing the bench (its HTTP client): the no-op path stays lean."""
+    singles = [c for c in record["cases"] if c["concurrency"] == 1 and c.get("decode_tps")]
+    return min(singles, key=lambda c: c["prompt_tokens_target"])["decode_tps"]["median"] if singles else None
 
 
 def box_facts(root: Path, *, release: str | None, healthy: bool) -> dict:
@@ -139,9 +143,12 @@ def _write(path: Path, text: str) -> None:
 
 
 def _read_json(path: Path):
+    """A small regular file's JSON, never through a link, a FIFO or a device (state.json may be damaged)."""
+    from ds4_converge.core.state import read_bounded
+
     try:
-        return json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        return json.loads(read_bounded(path))
+    except (OSError, ValueError, RecursionError):
         return None
 
 

@@ -54,7 +54,7 @@ class StateUnreadable(Exception):
     pass
 
 
-def _read_bounded(path: Path) -> bytes:
+def read_bounded(path: Path) -> bytes:
     """The bytes of a regular file of at most MAX_STATE_BYTES, opened without following a link or blocking."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
@@ -105,7 +105,7 @@ class State:
         if not os.path.lexists(path):
             return cls()
         try:
-            data = json.loads(_read_bounded(path))
+            data = json.loads(read_bounded(path))
             if not isinstance(data, dict) or not isinstance(data.get("good", []), list):
                 raise ValueError("not a state document")
             current = _deployment(data["current"]) if data.get("current") else None

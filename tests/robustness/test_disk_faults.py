@@ -4,6 +4,8 @@ such, not reported as a lack of free space."""
 import contextlib
 import os
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -29,8 +31,10 @@ def tmpfs(path, *options):
 
 
 @pytest.fixture
-def small_box(tmp_path, sim_repo):
-    with tmpfs(tmp_path / "disk") as disk:
+def small_box(sim_repo):
+    # a short mount point: supervisord's socket under ROOT/run must fit AF_UNIX's ~108 bytes, and pytest-xdist's
+    # temporary paths are longer
+    with tempfile.TemporaryDirectory(prefix="ds4-disk.") as short, tmpfs(Path(short) / "d") as disk:
         made = Box(disk / "root", sim_repo, free_port())
         try:
             yield made

@@ -84,7 +84,7 @@ def test_engine_process_serves_this_hosts_port(host, box, status):
 def test_rendered_program_file(host, box, status):
     program = host.file(f"{box['root']}/supervisor/programs/{box['program']}.conf")
     assert program.exists and program.is_file
-    assert program.mode == 0o644
+    assert program.mode == 0o600  # it may hold secrets (server.env), so only its owner reads it
     assert program.contains(f"--port {box['port']} ")
     assert program.contains(f"release {status['release']}")
 
