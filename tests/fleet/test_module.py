@@ -35,7 +35,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("ansible") is None,
 
 @pytest.fixture(scope="module", autouse=True)
 def collection():
-    from test_molecule import link_collection
+    from molecule_support import link_collection
 
     link_collection()
 
