@@ -15,7 +15,7 @@ from ds4_converge.core.context import Context
 from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.layout import write_atomic
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
-from ds4_converge.core.shell import CommandFailed, run
+from ds4_converge.core.shell import CommandFailed
 from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.service import start_log
 from ds4_converge.core.state import Deployment
@@ -27,7 +27,6 @@ from ds4_converge.service.supervisor import supervisord_argv
 
 NAME = "service"
 LOCK_ENV = load_knowledge()["lock"]["env"]  # every ds4 program flock()s this file; one per instance
-SYSTEMCTL_TIMEOUT_S = 120
 
 
 def desired_deployment(ctx: Context) -> Deployment:
@@ -186,7 +185,7 @@ def _unit(ctx: Context) -> str:
 
 def _systemctl(*args: str) -> None:
     try:
-        run(["systemctl", *args], timeout=SYSTEMCTL_TIMEOUT_S)
+        systemd.systemctl(*args)
     except CommandFailed as exc:
         raise RoleFailed(f"systemctl {' '.join(args)} {exc.what}", exc.tail) from None
 
