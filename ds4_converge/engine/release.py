@@ -118,7 +118,7 @@ def parse_help_options(text: str) -> dict[str, int]:
         spellings: list[str] = []
         for word in column.split():
             flag = FLAG.fullmatch(word.rstrip(","))
-            if flag and word.startswith("-") and not _is_number(word.rstrip(",")):
+            if flag and word.startswith("-") and not is_number(word.rstrip(",")):
                 if not (spellings and spellings[-1].endswith(",")):
                     spellings = []
                 spellings.append(word)
@@ -136,7 +136,8 @@ def help_topics(text: str) -> list[str]:
     return list(dict.fromkeys(TOPIC.findall(text)))
 
 
-def _is_number(word: str) -> bool:
+def is_number(word: str) -> bool:
+    """`-1` after an option is its value, not a flag (help pages and rendered argv both hold such words)."""
     try:
         float(word)
         return True

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ds4_converge.engine.release import Release
+from ds4_converge.engine.release import Release, is_number
 from ds4_converge.engine_knowledge import FORK, versions_with_flag
 from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.spec.model import Distributed, Server
@@ -81,7 +81,7 @@ def server_argv(release: Release, server: Server, models: ModelPaths, kv_disk_di
             args += distributed_args(distributed)
     for arg in server.extra_args:
         flag = arg.split("=", 1)[0]
-        if flag.startswith("-") and not _is_number(flag) and not release.supports(flag):
+        if flag.startswith("-") and not is_number(flag) and not release.supports(flag):
             missing.append(f"server.extra_args {arg!r} is not an option of this ds4-server")
     args.extend(server.extra_args)
     if missing:
@@ -119,11 +119,3 @@ def _where_it_exists(flag: str) -> str:
         return ""
     only = " only" if names == ["the Entrpi fork"] else ""
     return f" (a flag of {' and '.join(names)}{only})"
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return False
