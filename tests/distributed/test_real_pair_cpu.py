@@ -3,18 +3,20 @@
 A worker converges (its health: loaded, its data port accepts; not /v1/models), `status` says it is not
 connected to its coordinator, and a restart stops it with a second SIGTERM, not its grace. The same box as a
 coordinator: a CPU build refuses it at once (`ds4_session_create` in ds4.c), and the tool says so with the
-engine's own words and exit 1, then puts the worker back — never a hang or a probe timeout.
+engine's own words and exit 1, then puts the worker back — never a hang or a probe timeout. A hung worker is
+stopped after its short grace.
 """
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 
 import pytest
 
 import real_engine
-from boxes import Box, free_port
+from boxes import Box, engine_pids, free_port
 
 pytestmark = pytest.mark.slow
 GIT_ENV = {"GIT_AUTHOR_NAME": "ds4", "GIT_AUTHOR_EMAIL": "ds4@invalid", "GIT_COMMITTER_NAME": "ds4",
@@ -74,5 +76,16 @@ def test_a_worker_converges_and_a_coordinator_on_cpu_is_refused_truthfully(b0309
         assert took < 60, f"{took:.0f}s"
         status = box.status()
         assert status["healthy"] and status["distributed"]["role"] == "worker", status
+
+        # a hung worker (stopped: no signal handler runs) is killed after distributed.stop_grace_s (5 s), not
+        # after server.stop_wait_s (120 s), by `ds4-converge stop` too: supervisord's stopwaitsecs and the
+        # tool's own wait are both the short grace (with both at stop_wait_s this stop took 124 s)
+        os.kill(status["pid"], signal.SIGSTOP)
+        began = time.monotonic()
+        proc = box.cli("stop", str(box.spec_path))
+        took = time.monotonic() - began
+        assert proc.returncode == 0, proc.stderr
+        assert took < 60, f"{took:.0f}s"
+        assert status["pid"] not in engine_pids(box.root)
     finally:
         box.stop()
