@@ -21,11 +21,25 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def listening():
-    """A socket of this test process listening on a free loopback port."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """A socket of this test process listening on a free loopback port, whose number no IPv6 listener holds
+    either: 127.0.0.1:P and [::]:P can be bound by two processes at once, and the facts rightly name both (a CI
+    run of parallel tests met one). [::]:P stays bound, not listening, so nobody takes it while the test runs."""
+    for _ in range(50):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        yield sock.getsockname()[1]
+        guard = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        guard.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            guard.bind(("::", sock.getsockname()[1]))
+        except OSError:  # an IPv6 socket holds this number: another one
+            sock.close()
+            guard.close()
+            continue
+        with sock, guard:
+            sock.listen()
+            yield sock.getsockname()[1]
+        return
+    raise RuntimeError("no loopback port free on IPv6 too in 50 tries")
 
 
 @pytest.mark.skipif(shutil.which("ss") is None, reason="no ss on this host")
