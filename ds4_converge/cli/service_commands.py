@@ -33,10 +33,11 @@ def status(args, session) -> int:
         code, error = FAILED, ("nothing runs" if serving["state"] in ("not running", "STOPPED")
                                else f"the engine is {serving['state']}")
     elif part is not None and part.worker:
-        from ds4_converge.health.worker import data_port_open
+        from ds4_converge.health.worker import judge
 
-        healthy = data_port_open(part.listen)
-        code, error = (OK, None) if healthy else (FAILED, f"nothing accepts on the worker's data port {part.listen}")
+        problem = judge(_worker_state(ctx), part.listen)
+        healthy = problem is None
+        code, error = (OK, None) if healthy else (FAILED, f"the worker is not healthy: {problem}")
     else:
         from ds4_converge.health.probe import NotReady, Unhealthy, check_models
 
@@ -75,18 +76,23 @@ def _distributed_status(ctx, part, *, running: bool) -> dict:
              "coordinator": str(part.coordinator) if part.coordinator else None, "connected": None, "line": None,
              "state": None}
     if part.worker and running:
-        from ds4_converge.health.worker import read_state
-
-        log = ctx.layout.engine_log(ctx.spec.server.name)
-        try:
-            with open(log, "rb") as handle:
-                handle.seek(max(0, log.stat().st_size - LOG_TAIL_BYTES))
-                text = handle.read().decode("utf-8", errors="replace")
-        except OSError:
-            text = ""
-        worker = read_state(text)
+        worker = _worker_state(ctx)
         found.update(connected=worker.connected, line=worker.line or None, state=worker.describe())
     return found
+
+
+def _worker_state(ctx):
+    """What the tail of a worker's log says about it now."""
+    from ds4_converge.health.worker import read_state
+
+    log = ctx.layout.engine_log(ctx.spec.server.name)
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(max(0, log.stat().st_size - LOG_TAIL_BYTES))
+            text = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        text = ""
+    return read_state(text)
 
 
 def _logs_arguments(parser) -> None:

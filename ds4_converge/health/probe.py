@@ -1,12 +1,15 @@
 """Health is a ladder: process alive → /v1/models lists the model → a smoke answer is right → it stays so.
 
 ds4-server binds only after the model is loaded, so "connection refused" means "still loading" until the
-deadline; a process that exits, a wrong model list or a wrong answer fail at once.
+deadline; a process that exits, a wrong model list or a wrong answer fail at once. A distributed coordinator
+(b030961) binds before its workers have joined and answers every completion with HTTP 500 "distributed route
+incomplete: missing layer N" (`dist_coordinator_build_route_plan()`) until they have: not ready yet either.
 """
 from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import time
 from dataclasses import dataclass
@@ -36,6 +39,21 @@ LISTEN_POLL_S = 0.05
 #: looked at (one read of /proc): two XML-RPC calls every LISTEN_POLL_S cost supervisord and the tool more CPU than
 #: the engine can spare while it loads (on a small host they slowed the load down by a tenth of a second or more)
 SUPERVISOR_POLL_S = 1.0
+
+
+class RouteIncomplete(NotReady):
+    """A distributed coordinator whose workers do not cover every layer yet: it waits for them."""
+
+    def __init__(self, missing_layer: int):
+        super().__init__(f"distributed route incomplete: missing layer {missing_layer}")
+        self.missing_layer = missing_layer
+
+
+#: the coordinator's words for a completion it cannot route (ds4_distributed.c), inside an HTTP 500
+ROUTE_INCOMPLETE = re.compile(r"distributed route incomplete: missing layer (\d+)")
+#: and its log's verdict on the route, each time a worker joins or leaves
+ROUTE_LINE = re.compile(r"distributed coordinator: (?:(?P<ready>complete route ready)|route incomplete; next needed "
+                        r"layer (?P<missing>\d+))")
 
 
 class Unhealthy(Ds4Error):
@@ -69,6 +87,7 @@ class ProbeTarget:
     interval_s: float
     smoke: Smoke | None
     worker: Address | None = None  # a distributed worker's data port: no HTTP API, health from log and port
+    coordinator: Address | None = None  # a distributed coordinator's --listen: where its workers must connect
 
 
 def check_models(endpoint: str, timeout: float = 10) -> dict:
@@ -97,6 +116,9 @@ def smoke_test(endpoint: str, smoke: Smoke, timeout: float) -> str:
             "thinking": {"type": "disabled"}}
     try:
         status, text = request(endpoint, "POST", "/v1/chat/completions", timeout, body)
+        incomplete = ROUTE_INCOMPLETE.search(text) if status == 500 else None
+        if incomplete:
+            raise RouteIncomplete(int(incomplete.group(1)))
         if status != 200:
             raise Unhealthy(f"smoke completion failed: HTTP {status}: {text[:200]!r}")
         content = json.loads(text)["choices"][0]["message"].get("content") or ""
@@ -147,7 +169,9 @@ def wait_healthy(target: ProbeTarget, watch: EngineWatch, *, soak: bool = True) 
         pid = retrying(ready)
     except NotReady as exc:
         raise Unhealthy(f"not ready within {target.deadline_s:.0f}s ({exc})") from None
-    if target.smoke:
+    if target.coordinator is not None:
+        _wait_route(target, watch, alive, started)
+    elif target.smoke:
         remaining = max(30.0, target.deadline_s - (time.monotonic() - started))
         smoke_test(target.endpoint, target.smoke, timeout=remaining)
     if soak:
@@ -168,6 +192,44 @@ def wait_healthy(target: ProbeTarget, watch: EngineWatch, *, soak: bool = True) 
                 raise Unhealthy(f"stopped answering during the {target.soak_s:.0f}s soak: {exc}",
                                 getattr(exc, "detail", "")) from None
     return pid
+
+
+def route_state(log_text: str) -> int | None:
+    """The coordinator log's last word on its route: None when complete, else the next layer it needs (0: it
+    has not said yet)."""
+    last = None
+    for last in ROUTE_LINE.finditer(log_text):
+        pass
+    if last is None:
+        return 0
+    return None if last.group("ready") else int(last.group("missing"))
+
+
+def _wait_route(target: ProbeTarget, watch: EngineWatch, alive, started: float) -> None:
+    """A coordinator is ready once its workers complete the route: its smoke answers (or, without a smoke, its
+    log says so). Until the deadline a missing layer is a worker still on its way, not a verdict."""
+    missing = 0
+    while True:
+        alive()
+        try:
+            if target.smoke:
+                remaining = max(30.0, target.deadline_s - (time.monotonic() - started))
+                smoke_test(target.endpoint, target.smoke, timeout=remaining)
+                return
+            missing = route_state(watch.log_text())
+            if missing is None:
+                return
+        except RouteIncomplete as exc:
+            missing = exc.missing_layer
+        if time.monotonic() - started > target.deadline_s:
+            raise Unhealthy(route_never_completed(missing, target.coordinator, target.deadline_s), watch.last_lines())
+        time.sleep(target.interval_s)
+
+
+def route_never_completed(missing: int, listen: Address, deadline_s: float) -> str:
+    return (f"the distributed route was not complete within {deadline_s:.0f}s: layers {missing} onwards never "
+            f"arrived; the worker whose range starts at layer {missing} (--layers {missing}:…) never joined this "
+            f"coordinator on {listen} (start it first; its distributed.coordinator must be {listen})")
 
 
 def _running(pid: int) -> bool:

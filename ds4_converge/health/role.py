@@ -26,10 +26,16 @@ SUMMARY = re.compile(r"^ds4-server: failed to create \S+ session")
 def target(ctx: Context) -> ProbeTarget:
     health = ctx.spec.health
     # what was started last (a revert starts last good, whatever the spec says now), else this spec's part
-    current, part = ctx.state.current, _worker(ctx)
-    listen = worker.listen_of(current.command) if current is not None else part.listen if part else None
+    current, part = ctx.state.current, ctx.spec.distributed
+    if current is not None:
+        listen = worker.listen_of(current.command)
+        coordinator = worker.listen_of(current.command, "coordinator")
+    else:
+        listen = part.listen if part and part.worker else None
+        coordinator = part.listen if part and not part.worker else None
     return ProbeTarget(endpoint=ctx.endpoint, deadline_s=health.deadline_s, soak_s=health.soak_s,
-                       interval_s=health.interval_s, smoke=None if listen else health.smoke, worker=listen)
+                       interval_s=health.interval_s, smoke=None if listen else health.smoke, worker=listen,
+                       coordinator=coordinator)
 
 
 class Watch:
@@ -120,12 +126,14 @@ def _plan_worker(ctx: Context, part) -> RolePlan:
         ladder = f"its log says it is loaded, its data port accepts, {ctx.spec.health.soak_s:.0f}s soak"
         return RolePlan(NAME, [Change(f"probe {where}: {ladder}; record last good", action=_probe)],
                         reason=f"probe the new {where}")
-    state, pid, _ = process_state(ctx).state()
+    watch = process_state(ctx)
+    state, pid, _ = watch.state()
     if state not in ("RUNNING", "STARTING"):
         raise RoleFailed(f"{where} is not running (supervisord: {state})")
-    if not worker.data_port_open(part.listen):
+    problem = worker.judge(worker.read_state(watch.log_text()), part.listen)
+    if problem is not None:
         return RolePlan(NAME, [Change(f"wait up to {ctx.spec.health.deadline_s:.0f}s for {where}: ds4-server (pid "
-                                      f"{pid}) is {state.lower()} but its data port does not accept yet",
+                                      f"{pid}) is {state.lower()} but {problem}",
                                       action=_wait_again)], reason=f"wait for {where}")
     return RolePlan(NAME, reason=f"{where} runs (pid {pid}); last good is {ctx.state.last_good.release}")
 

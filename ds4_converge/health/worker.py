@@ -46,12 +46,13 @@ class WorkerState:
         return {"started": self.started, "connected": self.connected, "line": self.line}
 
 
-def listen_of(command: list[str]) -> Address | None:
-    """The data port of a worker's command line (`--role worker … --listen HOST PORT`); None: not a worker.
+def listen_of(command: list[str], role: str = "worker") -> Address | None:
+    """The --listen address of a distributed command line in this role (`--role worker … --listen HOST PORT`: a
+    worker's data port; `--role coordinator`: where its workers connect); None: not that role.
 
     A revert or rollback starts a recorded deployment, which may be a worker when the spec now says
     coordinator (or the other way round): its probe follows the command that runs, not the spec."""
-    if "--role" not in command or command[command.index("--role") + 1:][:1] != ["worker"]:
+    if "--role" not in command or command[command.index("--role") + 1:][:1] != [role]:
         return None
     at = command.index("--listen") if "--listen" in command else -1
     if at < 0 or len(command) < at + 3 or not command[at + 2].isdigit():
@@ -82,6 +83,19 @@ def data_port_open(listen: Address, timeout: float = 1.0) -> bool:
         return False
 
 
+def judge(state: WorkerState, listen: Address) -> str | None:
+    """None when the worker is healthy, else why not: one judgement for the probe, `status` and the fleet facts.
+
+    Connected is proof enough: its coordinator holds a live connection to it. Before that, its log says it is
+    loaded and its data port accepts (ds4_distributed.c's data listener accepts for as long as the process runs,
+    connected or not; a refused data port is a worker that is gone or has not bound yet)."""
+    if not state.started:
+        return "its log never said it was loaded"
+    if state.connected or data_port_open(listen):
+        return None
+    return f"nothing accepts on its data port {listen}"
+
+
 def wait_worker(watch: EngineWatch, log_text, listen: Address, *, deadline_s: float, soak_s: float,
                 connected: bool = False) -> tuple[int, WorkerState]:
     """Wait until the worker is up (and connected, when asked), then that it stays alive for soak_s.
@@ -97,13 +111,11 @@ def wait_worker(watch: EngineWatch, log_text, listen: Address, *, deadline_s: fl
     while True:
         pid = alive()
         worker = read_state(log_text())
-        ready = worker.started and watch.state()[0] == "RUNNING" and data_port_open(listen)
-        if ready and (worker.connected or not connected):
+        problem = judge(worker, listen)
+        if problem is None and watch.state()[0] == "RUNNING" and (worker.connected or not connected):
             break
         if time.monotonic() > until:
-            why = (worker.describe() if worker.started else "its log never said it was loaded")
-            if worker.started and not data_port_open(listen):
-                why = f"nothing accepts on its data port {listen}"
+            why = problem or worker.describe()
             raise Unhealthy(f"worker not {'connected' if connected else 'up'} within {deadline_s:.0f}s: {why}",
                             watch.last_lines())
         time.sleep(POLL_S)
