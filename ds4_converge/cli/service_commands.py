@@ -39,10 +39,12 @@ def status(args, session) -> int:
         healthy = problem is None
         code, error = (OK, None) if healthy else (FAILED, f"the worker is not healthy: {problem}")
     else:
-        from ds4_converge.health.probe import NotReady, Unhealthy, check_models
+        from ds4_converge.health.probe import NotReady, Unhealthy, check_models, check_route
 
         try:
             check_models(serving["endpoint"], timeout=5)
+            if part is not None:  # a coordinator answers /v1/models without its workers: ask what a client meets
+                check_route(serving["endpoint"], timeout=30)
             healthy, code = True, OK
         except (NotReady, Unhealthy) as exc:
             code, error = FAILED, f"{serving['endpoint']} does not answer right: {exc}"

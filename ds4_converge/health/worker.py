@@ -26,6 +26,9 @@ STARTED = re.compile(r"distributed worker: layers (?P<layers>\S+) model_id=\S+ d
 CONNECTION = re.compile(r"distributed worker: (?:(?P<connected>connected to coordinator \S+)"
                         r"|(?P<retrying>unable to connect to .*; retrying)"
                         r"|(?P<lost>coordinator disconnected.*; reconnecting))")
+#: every start prints its memory plan before the worker's first line (ds4_server.c, CPU and CUDA alike): a
+#: worker that supervisord restarted is loading again from here, whatever its previous start said
+LOADING = re.compile(r"\bds4: memory: KV ")
 ANY_HOST = {"0.0.0.0", "*", "::", ""}
 POLL_S = 0.1
 
@@ -61,9 +64,12 @@ def listen_of(command: list[str], role: str = "worker") -> Address | None:
 
 
 def read_state(log_text: str) -> WorkerState:
-    """What a worker's log (one start of it) says about it now."""
+    """What a worker's log says about it now (its last start: a restart by supervisord appends to the same log)."""
     started, connected, line = False, False, ""
     for text in log_text.splitlines():
+        if LOADING.search(text):
+            started, connected, line = False, False, ""
+            continue
         if STARTED.search(text):
             started, connected, line = True, False, text.strip()
             continue

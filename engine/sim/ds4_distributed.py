@@ -152,8 +152,8 @@ def run_worker(opts, vocab):
 class Route:
     """The coordinator's view of which layers are served: its own range and each connected worker's."""
 
-    def __init__(self, own):
-        self.own, self.workers, self.lock = own, {}, threading.Lock()
+    def __init__(self, own, debug=False):
+        self.own, self.workers, self.lock, self.debug = own, {}, threading.Lock(), debug
         self.ready = threading.Event()
         self.missing = 0
         self.work_lock = threading.Lock()  # one WORK at a time on each worker's connection
@@ -166,15 +166,17 @@ class Route:
             if start > nxt:
                 break
             nxt, head = max(nxt, end + 1), head or output
+        # the real coordinator logs its route only with --debug (dist_coordinator_report_plan())
         if nxt >= N_LAYERS and head:
             self.missing = None
-            if not self.ready.is_set():
+            if not self.ready.is_set() and self.debug:
                 C.log("ds4: distributed coordinator: complete route ready: local %d:%d" % self.own[:2])
-                self.ready.set()
+            self.ready.set()
         else:
             self.missing = min(nxt, N_LAYERS - 1)
             self.ready.clear()
-            C.log("ds4: distributed coordinator: route incomplete; next needed layer %d" % self.missing)
+            if self.debug:
+                C.log("ds4: distributed coordinator: route incomplete; next needed layer %d" % self.missing)
 
     def problem(self, token_ids):
         """Why a completion of these token ids cannot run now (the engine's words), or None. A worker that went
@@ -207,7 +209,7 @@ def run_coordinator(opts):
         listener = _listener(host, port)
     except OSError as e:
         C.die("ds4: distributed coordinator: failed to listen on %s:%d: %s" % (host, port, e.strerror), 1)
-    route = Route(opts["layers"])
+    route = Route(opts["layers"], debug="--debug" in sys.argv)
 
     def serve(conn):
         replies = conn.makefile("rb")

@@ -88,6 +88,11 @@ def test_the_coordinator_binds_at_once_and_its_probe_waits_for_a_late_worker(pai
     # the worker is connected, and status says it is healthy: the probe, status and the fleet facts agree
     code, worker_status = work.json("status", str(work.spec_path))
     assert code == 0 and worker_status["healthy"] and worker_status["distributed"]["connected"], worker_status
+    # the worker gone: the coordinator still lists its model, but status asks what a client meets
+    work.stop()
+    code, coordinator_status = coord.json("status", str(coord.spec_path))
+    assert code == 1 and "distributed route incomplete: missing layer 22" in coordinator_status["error"], \
+        coordinator_status
 
 
 def test_without_its_worker_the_coordinator_names_the_layers_that_never_arrived(pair):

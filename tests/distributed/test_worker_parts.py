@@ -51,3 +51,8 @@ def test_the_last_connection_line_of_the_last_start_tells_whether_it_is_connecte
     assert read_state(f"{started}\n{retry}\n{connected}\nrejected unsupported frame type 1\n").connected
     assert not read_state(f"{connected}\n{lost}\n").connected
     assert not read_state(f"{connected}\n{started}\n").connected  # a new start: not connected until it says so
+    # what the H200 pair's worker log held after a SIGKILL: supervisord's restart is loading, not connected
+    reloading = f"{started}\n{connected}\nds4: Linux cuda backend set oom_score_adj=1000\nds4: memory: KV 0.46 GiB " \
+                "(raw 0.36 + compressed 0.11) + buffers 0.06 GiB + resident model 39.25 GiB = 39.78 GiB planned\n"
+    assert not read_state(reloading).started and not read_state(reloading).connected
+    assert read_state(reloading).describe() == "not started yet (loading)"
