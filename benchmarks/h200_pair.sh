@@ -61,7 +61,7 @@ chat first; chat second; chat third
 probe_port connected
 step status_worker ds4-converge status $W/worker.yaml --json
 step status_coordinator ds4-converge status $W/coordinator.yaml --json
-step bench ds4-converge bench $W/coordinator.yaml --json --reps 1 --gen-tokens 16 --prompt-tokens 64,512
+[ -n "${SKIP_BENCH:-}" ] || step bench ds4-converge bench $W/coordinator.yaml --json --reps 1 --gen-tokens 16 --prompt-tokens 64,512
 # the worker killed (SIGKILL, as the OOM killer would): what the coordinator answers and what the tool says
 WPID=$(python3 -c "import json;print(json.load(open('$W/res/status_worker.out'))['pid'])")
 kill -9 $WPID; sleep 1; chat after-kill

@@ -35,7 +35,7 @@ def status(args, session) -> int:
     elif part is not None and part.worker:
         from ds4_converge.health.worker import judge
 
-        problem = judge(_worker_state(ctx), part.listen)
+        problem = judge(_worker_state(ctx, part))
         healthy = problem is None
         code, error = (OK, None) if healthy else (FAILED, f"the worker is not healthy: {problem}")
     else:
@@ -78,14 +78,14 @@ def _distributed_status(ctx, part, *, running: bool) -> dict:
              "coordinator": str(part.coordinator) if part.coordinator else None, "connected": None, "line": None,
              "state": None}
     if part.worker and running:
-        worker = _worker_state(ctx)
+        worker = _worker_state(ctx, part)
         found.update(connected=worker.connected, line=worker.line or None, state=worker.describe())
     return found
 
 
-def _worker_state(ctx):
-    """What the tail of a worker's log says about it now."""
-    from ds4_converge.health.worker import read_state
+def _worker_state(ctx, part):
+    """The worker now: the tail of its log and its data port (health.worker.observe)."""
+    from ds4_converge.health.worker import observe
 
     log = ctx.layout.engine_log(ctx.spec.server.name)
     try:
@@ -94,7 +94,7 @@ def _worker_state(ctx):
             text = handle.read().decode("utf-8", errors="replace")
     except OSError:
         text = ""
-    return read_state(text)
+    return observe(text, part.listen)
 
 
 def _logs_arguments(parser) -> None:

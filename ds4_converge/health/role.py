@@ -130,7 +130,7 @@ def _plan_worker(ctx: Context, part) -> RolePlan:
     state, pid, _ = watch.state()
     if state not in ("RUNNING", "STARTING"):
         raise RoleFailed(f"{where} is not running (supervisord: {state})")
-    problem = worker.judge(worker.read_state(watch.log_text()), part.listen)
+    problem = worker.judge(worker.observe(watch.log_text(), part.listen))
     if problem is not None:
         return RolePlan(NAME, [Change(f"wait up to {ctx.spec.health.deadline_s:.0f}s for {where}: ds4-server (pid "
                                       f"{pid}) is {state.lower()} but {problem}",

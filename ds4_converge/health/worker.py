@@ -41,7 +41,7 @@ class WorkerState:
 
     def describe(self) -> str:
         if not self.started:
-            return "not started yet (loading)"
+            return "not started yet (loading)" + (f": {self.line}" if self.line else "")
         return ("connected to its coordinator" if self.connected else "not connected to its coordinator") + (
             f" ({self.line})" if self.line else "")
 
@@ -89,17 +89,26 @@ def data_port_open(listen: Address, timeout: float = 1.0) -> bool:
         return False
 
 
-def judge(state: WorkerState, listen: Address) -> str | None:
-    """None when the worker is healthy, else why not: one judgement for the probe, `status` and the fleet facts.
+def observe(log_text: str, listen: Address) -> WorkerState:
+    """The worker now: its log and its data port together; one judgement for the probe, `status` and the fleet.
 
-    Connected is proof enough: its coordinator holds a live connection to it. Before that, its log says it is
-    loaded and its data port accepts (ds4_distributed.c's data listener accepts for as long as the process runs,
-    connected or not; a refused data port is a worker that is gone or has not bound yet)."""
-    if not state.started:
-        return "its log never said it was loaded"
-    if state.connected or data_port_open(listen):
+    A log alone can be stale: a worker that supervisord restarts after a crash appends to the same log, and until
+    the new process prints its first lines the last one still says "connected" (on the H200 status said
+    connected while the new process loaded and nothing accepted on the data port). The data listener accepts for
+    as long as a loaded worker runs, connected or not (ds4_distributed.c), and binds only after the load: a worker
+    whose port refuses is loading, or gone, whatever its log said last."""
+    state = read_state(log_text)
+    if state.started and not data_port_open(listen):
+        return WorkerState(False, False, f"nothing accepts on its data port {listen}; its log's last word: "
+                                         f"{state.line}")
+    return state
+
+
+def judge(state: WorkerState) -> str | None:
+    """None when an observed worker is healthy (loaded and accepting), else why not."""
+    if state.started:
         return None
-    return f"nothing accepts on its data port {listen}"
+    return state.line or "its log never said it was loaded"
 
 
 def wait_worker(watch: EngineWatch, log_text, listen: Address, *, deadline_s: float, soak_s: float,
@@ -116,8 +125,8 @@ def wait_worker(watch: EngineWatch, log_text, listen: Address, *, deadline_s: fl
     until = time.monotonic() + deadline_s
     while True:
         pid = alive()
-        worker = read_state(log_text())
-        problem = judge(worker, listen)
+        worker = observe(log_text(), listen)
+        problem = judge(worker)
         if problem is None and watch.state()[0] == "RUNNING" and (worker.connected or not connected):
             break
         if time.monotonic() > until:
