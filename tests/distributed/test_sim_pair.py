@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -138,3 +139,67 @@ def test_a_worker_refuses_token_ids_outside_its_vocabulary_as_the_real_one(dist_
             conn.close()
         finally:
             work.stop()
+
+
+def test_the_simulated_worker_says_and_does_what_the_real_cpu_worker_does(dist_repo, engine_b030961, worker_model,
+                                                                          tmp_path):
+    """Conformance of the simulator's worker to the real b030961 CPU worker, where both can run here: the lines
+    of a start, a connection and a lost coordinator (addresses aside), and a data port that accepts while
+    connected. (The real worker's layer work and the coordinator need a GPU: the H200 runs in benchmarks/.)"""
+    import socket
+
+    from distributed.test_real_worker import Worker
+
+    from ds4_converge.health.worker import STARTED, data_port_open
+
+    def lines(text: str) -> list[str]:
+        said = [re.sub(r"\d+\.\d+\.\d+\.\d+:\d+", "H:P", line.split("distributed worker: ", 1)[1])
+                for line in text.splitlines() if "distributed worker: " in line and "prefetch" not in line]
+        return [line.replace("model_id=0 ", "") for line in said if "unable to connect" not in line]
+
+    repo, _ = dist_repo
+    seen = {}
+    with socket.create_server(("127.0.0.1", 0)) as real_coordinator, \
+            socket.create_server(("127.0.0.1", 0)) as sim_coordinator:
+        real = Worker(engine_b030961, worker_model, tmp_path, coordinator_port=real_coordinator.getsockname()[1])
+        sim = _box(tmp_path, "work", repo, {"role": "worker", "layers": "42:output",
+                                            "listen": {"host": "127.0.0.1", "port": free_port()},
+                                            "coordinator": {"host": "127.0.0.1",
+                                                            "port": sim_coordinator.getsockname()[1]}})
+        try:
+            assert sim.converge()[0] == 0
+            sim_log = sim.root / "logs" / f"{sim.spec.get('server', {}).get('name', 'ds4')}.log"
+            for name, coordinator, text, listen in (
+                    ("real", real_coordinator, real.text, real.listen),
+                    ("sim", sim_coordinator, lambda: sim_log.read_text(errors="replace"), _listen(sim))):
+                coordinator.settimeout(30)
+                peer, _ = coordinator.accept()
+                assert _wait(lambda: "connected to coordinator" in text()), text()
+                assert all(data_port_open(listen) for _ in range(5)), (name, text())
+                peer.close()
+                assert _wait(lambda: "reconnecting" in text()), text()
+                seen[name] = lines(text())
+                assert STARTED.search(text())
+        finally:
+            sim.stop()
+            real.proc.kill()
+            real.proc.wait(10)
+    assert seen["sim"][:2] == seen["real"][:2], seen  # the start line and the connection line
+    for said in seen.values():  # a coordinator gone (the real one first reports the reset it read)
+        assert re.match(r"coordinator disconnected( after error)?; reconnecting$", said[-1]), seen
+
+
+def _listen(box: Box):
+    from ds4_converge.spec.model import Address
+
+    part = box.spec["distributed"]["listen"]
+    return Address(host=part["host"], port=part["port"])
+
+
+def _wait(condition, timeout: float = 15) -> bool:
+    until = time.monotonic() + timeout
+    while time.monotonic() < until:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
