@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -94,15 +95,19 @@ def test_validate_and_facts_json_follow_the_schema(spec):
 # ------------------------------------------------------------------------------------------- safety net
 
 
-def test_an_unexpected_exception_is_one_message_one_document_and_a_log(spec, monkeypatch, capsys):
+def test_an_unexpected_exception_is_one_message_one_document_and_a_log(spec, monkeypatch, capsys, tmp_path):
     def bug(ctx, diff=False):
         raise RuntimeError("boom")
+
+    # no root yet: the log goes to the temporary folder, here the test's own
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     monkeypatch.setattr("ds4_converge.orchestrate.reconciler.converge", bug)
     assert cli.main([str(spec), "--json"]) == 1
     out, err = capsys.readouterr()
     document = check_document(out, 1)
     assert document["aborted"] == "internal" and "RuntimeError: boom" in document["error"], document
+    assert Path(document["traceback_log"]).parent == tmp_path
     assert "RuntimeError: boom" in Path(document["traceback_log"]).read_text()
     assert "Traceback" not in out + err
 
