@@ -78,6 +78,25 @@ def test_a_first_argument_that_is_not_a_command_is_a_spec():
     assert cli.normalise(["help"], commands) == ["help"]
 
 
+def test_a_word_that_is_neither_a_command_nor_a_spec_names_the_commands(tmp_path, monkeypatch, capsys):
+    assert cli.main(["frobnicate"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ds4-converge: no command 'frobnicate' and no spec file of that name; commands: converge, ")
+    assert "help COMMAND" in err and "cannot read spec" not in err
+    assert check_document(_json(["frobnicate", "--json"], capsys), 2)["aborted"] == "usage"
+    # a spec is still a spec: a path that exists (whatever its name), or one ending in .yaml/.yml
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "frobnicate").write_text("engine: [\n")
+    for word in ("frobnicate", "missing.yaml", "missing.yml"):
+        assert cli.main([word]) == 2
+        assert "no command" not in capsys.readouterr().err, word
+
+
+def _json(argv, capsys) -> str:
+    cli.main(argv)
+    return capsys.readouterr().out
+
+
 @pytest.mark.slow  # the CLI in a subprocess
 def test_no_arguments_is_a_usage_error_that_names_the_commands():
     proc = run_cli()
