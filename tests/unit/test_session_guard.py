@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from session_guard import STRICT_ENV
+
 TESTS = Path(__file__).resolve().parents[1]
 
 
@@ -14,7 +16,7 @@ def _pytest(tmp_path, body: str, *options: str) -> tuple[int, str]:
     (tmp_path / "test_sample.py").write_text(body)
     for folder in ("home", "tmp"):
         (tmp_path / folder).mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "XDG_CACHE_HOME")} | {
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "XDG_CACHE_HOME", STRICT_ENV)} | {
         "HOME": str(tmp_path / "home"), "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": str(TESTS),
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "session_guard", "-p", "no:cacheprovider",
@@ -48,6 +50,19 @@ def test_a_file_left_in_home_or_tmp_fails_the_run_under_no_leaks(tmp_path):
     assert f"left outside the clone: {tmp_path}/home/.config/frob" in out, out
     assert f"left outside the clone: {tmp_path}/tmp/ds4c-left-" in out, out
     assert f"{tmp_path}/tmp/pytest-of-" not in out, out  # pytest's own, removed when the run passes
+
+
+def test_ci_turns_both_on_with_one_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv(STRICT_ENV, "1")
+    rc, out = _pytest(tmp_path, SKIPS)
+    assert rc == 0, "the inner run is given no variable: " + out
+    (tmp_path / "test_sample.py").write_text(SKIPS)
+    env = {k: v for k, v in os.environ.items() if k != "XDG_CACHE_HOME"} | {
+        "PYTHONPATH": str(TESTS), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "session_guard", "-p", "no:cacheprovider",
+                           "--rootdir", str(tmp_path), str(tmp_path / "test_sample.py")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "skipped: test_sample.py::test_skips" in proc.stdout, proc.stdout
 
 
 def test_a_clean_run_passes_under_both(tmp_path):
