@@ -52,6 +52,7 @@ def _main(argv: list[str]) -> int:
             sys.stderr.write(f"usage: {USAGE}\n\nCommands: {', '.join(commands)}.  More: ds4-converge help\n")
             return INVALID
         parser.json_mode = json_mode
+        _no_such_command(argv, commands)
         args = parser.parse_args(normalise(argv, commands))
         command = commands[args.command]
         from ds4_converge.cli.session import Session
@@ -102,6 +103,18 @@ def normalise(argv: list[str], commands) -> list[str]:
     if argv and argv[0] not in commands and argv[0] not in ("-h", "--help", "--version"):
         return ["converge", *argv]
     return argv
+
+
+def _no_such_command(argv: list[str], commands) -> None:
+    """`ds4-converge frobnicate`: a word that is no command and cannot be a spec (no such path, no .yaml/.yml ending)
+    is named as a mistyped command, as `help frobnicate` does; a path that exists, or a .yaml/.yml one, is a spec."""
+    import os
+
+    word = argv[0]
+    if word in commands or word.startswith("-") or os.path.lexists(word) or word.endswith((".yaml", ".yml")):
+        return
+    raise CliError(INVALID, "usage", f"no command {word!r} and no spec file of that name; commands: "
+                                     f"{', '.join(commands)} (ds4-converge help COMMAND)")
 
 
 def _command_name(argv: list[str]) -> str:

@@ -91,7 +91,8 @@ def switch_of(before, ctx) -> dict | None:
     was = before.release if before else None
     if ctx.desired is None:  # check mode before the build: the command line comes from the built binary
         to = ctx.build.release_id if ctx.build else None
-        changes = ([f"release {was} → {to}"] if was != to else []) + ["(command line known after the build)"]
+        changes = ([f"first start: release {to}"] if was is None else [f"release {was} → {to}"] if was != to
+                   else []) + ["(command line known after the build)"]
         return {"from": was, "to": to, "changes": changes}
     return {"from": was, "to": ctx.desired.release, "changes": config_changes(before, ctx.desired)}
 

@@ -9,6 +9,11 @@ from pathlib import Path
 
 from ds4_converge.errors import Ds4Error
 
+# What a `make` that runs the tool (make run) tells its sub-makes: its flags, variables, depth and jobserver. The
+# tool's own commands are never such sub-makes (the engine's build is a make of its own, with its own -j), so they
+# do not get them, and a run under make does the same as one from a shell (the no-op receipt ignores them too).
+CALLER_MAKE_ENV = frozenset({"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR"})
+
 
 class CommandFailed(Ds4Error):
     """A command exited non-zero, could not start, or ran past its timeout (`returncode` None then)."""
@@ -28,7 +33,7 @@ def run(argv: list[str], *, cwd: Path | None = None, env: dict | None = None, lo
 
     The command gets its own process group, so a timeout kills make's compilers and git's helpers too, not
     only the direct child (they would keep writing into a tree we are about to remove)."""
-    full_env = {**os.environ, **(env or {})}
+    full_env = {k: v for k, v in os.environ.items() if k not in CALLER_MAKE_ENV} | (env or {})
     if log is None:
         stdout, code = _run(argv, cwd, full_env, timeout, input, subprocess.PIPE, subprocess.PIPE)
         if code:

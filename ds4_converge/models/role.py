@@ -47,6 +47,9 @@ def plan(ctx: Context) -> RolePlan:
             reasons.append(f"{want.slot}: {why}")
             continue
         if not want.fetch:
+            if not want.path.exists():
+                raise RoleFailed(f"model.{want.slot}: {want.path} does not exist, and the spec gives no source to "
+                                 "download it from")
             raise RoleFailed(f"model.{want.slot}: {want.path}: {why}; the file was not used")
         if want.path.exists() and str(want.path) in _in_use(ctx):
             raise RoleFailed(f"model.{want.slot}: {want.path} is used by a serving or last-good release and {why}; "

@@ -87,7 +87,7 @@ def starter_spec(host: HostFacts, *, port: int = 8000, as_root: bool = True) -> 
              "# Check it with `ds4-converge SPEC --check`; every value is documented by `ds4-converge schema`."]
     if not fits:
         lines.append(f"# WARNING: the model will not fit in this host's memory ({judgement}).")
-        lines.append("# DeepSeek-V4-Flash q2 needs about 90 GiB of RAM (unified memory on a DGX Spark); "
+        lines.append("# DeepSeek-V4-Flash q2 needs what the line above says, in RAM (unified memory on a DGX Spark); "
                      "converge will refuse to start it here.")
     lines += ["engine:",
               f"  repo: {_q(ENGINE_REPO)}",

@@ -111,12 +111,14 @@ def plan(ctx: Context) -> RolePlan:
     # STARTING, or RUNNING but still loading: supervisord is (re)starting it; the probe waits for it
     pid = info["pid"] if info and info["statename"] in ("RUNNING", "STARTING") else None
     current_conf = secrets.seal(_read(layout.program_conf(name)), layout)
+    first = current_conf is None and pid is None  # nothing ran under this root: a first start, in check mode too
     # stale programs go before the switch: they would run beside ours
     changes += [Change(f"remove program {p.stem} (renamed to {name})", before=_read(p), restarts=True,
                        action=partial(_remove_program, path=p, running=running)) for p in stale_programs(ctx)]
     if ctx.release is None:
         # check mode before the build: the exact command line is known only once the binary lists its flags
-        changes.append(Change(f"restart {name} on release {ctx.build.release_id}", current_conf,
+        verb = "start" if first else "restart"
+        changes.append(Change(f"{verb} {name} on release {ctx.build.release_id}", current_conf,
                               "(command line rendered after the build, from the flags ds4-server --help lists)\n",
                               restarts=True))
     else:
@@ -139,6 +141,7 @@ def plan(ctx: Context) -> RolePlan:
     if ctx.release is not None:
         findings += [Finding("info", note) for note in not_rendered(ctx.release, ctx.spec.server)]
     reason = (f"{name} runs release {ctx.release.id} (pid {pid}), config unchanged" if not changes
+              else f"start {name} (first start)" if first and ctx.restart_needed
               else f"{'restart' if ctx.restart_needed else 'update'} {name}")
     return RolePlan(NAME, changes, reason=reason, findings=findings)
 

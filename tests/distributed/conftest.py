@@ -14,10 +14,7 @@ from distributed import slice_gguf
 @pytest.fixture(scope="session")
 def engine_b030961() -> real_engine.RealEngine:
     """Upstream b030961 (`make cpu`, cached like tests/conformance's fixture of the same name)."""
-    archive = real_engine.tarball("b030961")
-    if archive is None:
-        pytest.skip(f"no engine tarball for b030961 (provide it in {real_engine.ENGINES} or set DS4_ENGINE_DIR)")
-    return real_engine.build(archive, version="b030961")
+    return real_engine.built("b030961")
 
 
 @pytest.fixture(scope="session")

@@ -64,4 +64,7 @@ def test_facts_without_check_or_not_facts_at_all_are_refused(box, tmp_path):
     junk.write_text(json.dumps({"gpus": "many"}))
     rc, document = box.converge("--check", "--facts", str(junk))
     assert rc == 2 and "not host facts of this version" in document["error"], document
+    # each problem by its field, in one line: not pydantic's own text (its class name, [type=...], its URL)
+    assert document["error"].endswith(": gpus: Input should be a valid list"), document["error"]
+    assert "validation error" not in document["error"] and "[type=" not in document["error"], document["error"]
     assert not box.root.exists()

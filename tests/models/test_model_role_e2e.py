@@ -214,3 +214,14 @@ def test_a_model_change_restarts_through_the_probe(served_box, tmp_path):
         rc, again = box.converge()
         assert rc == 0 and again["changed"] and box.status()["pid"] != after["pid"], again
     assert box.converge()[0] == 0  # back to the box's own model
+
+
+def test_a_local_model_that_does_not_exist_is_named_so(box, tmp_path):
+    """Not "missing; the file was not used": there is no file to use, and nothing to fetch it from."""
+    box.spec["model"]["main"] = str(tmp_path / "nowhere" / "model.gguf")
+    box.write()
+    rc, document = box.converge("--check")
+    assert rc == 1, document
+    assert document["error"].endswith(f"model.main: {tmp_path}/nowhere/model.gguf does not exist, and the spec gives "
+                                      "no source to download it from"), document["error"]
+    assert "not used" not in document["error"]

@@ -118,6 +118,7 @@ def test_small_ram_says_the_model_will_not_fit(tmp_path):
     starter = starter_spec(host(gpus=[H200], memory_gib=64))
     assert not starter.fits and starter.ctx == 32768
     assert "# WARNING: the model will not fit in this host's memory (does not fit: weights 81.0 GiB" in starter.text
+    assert "90 GiB" not in starter.text, "one figure for what the model needs: the budget's, on the WARNING line"
     spec = load_text(tmp_path, starter.text)
     assert (spec.engine.target, spec.engine.cuda_arch) == ("cuda", "sm_90")
 
