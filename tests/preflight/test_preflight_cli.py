@@ -183,6 +183,24 @@ def test_power_and_exposure_are_warnings(box, fake):
     assert not any("serves the API beyond" in w for w in roles["preflight"]["warnings"])
 
 
+@pytest.mark.parametrize("address", ["1.2.3.4", "255.255.255.255"])
+def test_an_address_this_host_does_not_have_is_refused_before_any_change(box, fake, address):
+    """Written canonically but not this host's: the engine would log 'failed to listen' while the probe waited out
+    its deadline; preflight names it from the host's own addresses (ip -j addr) instead."""
+    preflight = fails_in_preflight(box, fake, "--set", f"server.host={address}", "--set", "server.expose=true")
+    assert preflight["msg"].startswith(f"server.host {address}: no interface of this host has this address (it "
+                                       f"has 127.0.0.1"), preflight
+
+
+@pytest.mark.parametrize("address", ["000.000.000.000", "0.0.0.00", "127.000.000.001", "010.0.0.1"])
+def test_an_address_written_as_a_disguised_number_is_an_invalid_spec(box, address):
+    before = box.tree()
+    proc = box.cli(str(box.spec_path), "--check", "--set", f"server.host={address}")
+    assert proc.returncode == 2, proc.stderr
+    assert f"server.host: '{address}' is not an IP address as it is written canonically" in proc.stderr
+    assert box.tree() == before
+
+
 # ----------------------------------------------------------------------------- rule 6: paths
 
 
