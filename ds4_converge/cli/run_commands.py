@@ -49,7 +49,7 @@ def converge(args, session) -> int:
                              if captured else {}))
     ctx.check = args.check
     if captured:
-        ctx.facts = captured.facts
+        ctx.facts, ctx.facts_elsewhere = captured.facts, True
     if not args.check:
         noop.forget(args.spec)
     before = ctx.state.current  # what ran before: the restart's config diff is against it

@@ -211,6 +211,41 @@ def test_unknown_variable_in_a_spec_path_is_an_error_naming_the_field(box, fake,
                                        "user ")
 
 
+@pytest.mark.parametrize("kind", ["a FIFO", "a regular file", "a character device"])
+def test_a_kv_disk_dir_that_is_not_a_directory_is_named_at_preflight(box, fake, tmp_path, kind):
+    """The engine only logs 'failed to create KV cache directory …: File exists' and serves without its disk cache:
+    preflight names what the path is instead, at --check and before any change."""
+    import os
+
+    path = tmp_path / "kv"
+    if kind == "a FIFO":
+        os.mkfifo(path)
+    elif kind == "a regular file":
+        path.write_text("not a folder\n")
+    else:
+        path = "/dev/null"
+    expected = f"server.kv_disk_dir {path} is {kind}, not a directory"
+    rc, document = box.converge(*fake.set_args(), "--check", "--set", f"server.kv_disk_dir={path}")
+    assert rc == 1 and document["roles"][0]["msg"].startswith(expected), document
+    assert fails_in_preflight(box, fake, "--set", f"server.kv_disk_dir={path}")["msg"].startswith(expected)
+
+
+def test_a_kv_disk_dir_under_a_file_or_one_the_service_user_cannot_write_is_refused(box, fake, tmp_path):
+    under_a_file = tmp_path / "file"
+    under_a_file.write_text("")
+    preflight = fails_in_preflight(box, fake, "--set", f"server.kv_disk_dir={under_a_file}/kv/deeper")
+    assert preflight["msg"].startswith(f"server.kv_disk_dir {under_a_file}/kv/deeper does not exist, and "
+                                       f"{under_a_file} above it is a regular file, not a directory"), preflight
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o755)
+    preflight = fails_in_preflight(box, fake, "--set", "server.user=nobody", "--set", f"server.kv_disk_dir={locked}")
+    assert preflight["msg"].startswith(f"server.kv_disk_dir {locked}: the engine's user nobody cannot write this "
+                                       f"directory (owned by root, mode 755)"), preflight
+    # a path that does not exist yet, under a folder the user may write: the engine creates it
+    roles = check_passes(box, fake, "--set", f"server.kv_disk_dir={tmp_path}/new/kv")
+    assert roles["preflight"]["status"] == "ok", roles
+
+
 def test_home_in_a_spec_path_is_the_service_users(box, fake):
     roles = check_passes(box, fake, "--set", "server.kv_disk_dir=$HOME/ds4-kv-preflight-test")
     assert roles["preflight"]["status"] == "ok"
