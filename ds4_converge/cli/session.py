@@ -116,6 +116,8 @@ class Session:
         ctx = self.ctx
         if ctx is None:
             return found
+        if self.serving_unknown:  # asking again would wait out the same bound again (a stopped supervisord)
+            return {**found, "state": "unknown"}
         try:
             supervisor = ctx.supervisor
             info = supervisor.info(ctx.spec.server.name) if supervisor.is_running() else None
@@ -132,6 +134,43 @@ class Session:
             if current is not None:
                 found["release"], found["endpoint"] = current.release, current.endpoint
         return found
+
+    def serving_fields(self) -> dict:
+        """A document's release and endpoint; with `serving_unknown` when supervisord could not be asked, so that
+        null reads "cannot tell", never "nothing"."""
+        serving = self.serving()
+        fields = {"release": serving["release"], "endpoint": serving["endpoint"]}
+        if serving["state"] == "unknown":
+            fields["serving_unknown"] = self.unknown_words()
+        return fields
+
+    def serving_words(self) -> str:
+        """What serves, for people: "release R on URL", "nothing", or "cannot tell (why …)"."""
+        fields = self.serving_fields()
+        if "serving_unknown" in fields:
+            return f"cannot tell ({fields['serving_unknown']})"
+        return f"release {fields['release']} on {fields['endpoint']}" if fields["release"] else "nothing"
+
+    def unknown_words(self) -> str:
+        """Why what serves is not known, and what is known all the same: whether the endpoint of the release this
+        root started last answers (an engine keeps serving while its supervisord is stopped)."""
+        words = self.serving_unknown or "supervisord could not be asked"
+        current = self.ctx.state.current if self.ctx is not None else None
+        if current is None or not current.endpoint:
+            return words
+        from ds4_converge.health.probe import NotListening, NotReady, Unhealthy, check_models
+
+        try:
+            check_models(current.endpoint, timeout=3)
+        except NotListening:
+            return f"{words}; nothing answers on {current.endpoint} (release {current.release}, started last)"
+        except (NotReady, Unhealthy, OSError) as exc:
+            return f"{words}; {current.endpoint} (release {current.release}, started last) does not answer right: {exc}"
+        return f"{words}; {current.endpoint} answers /v1/models (release {current.release}, started last)"
+
+    def cannot_ask(self, why: str) -> None:
+        """supervisord could not be asked (a command failed on it): serving() says "unknown" without asking again."""
+        self.serving_unknown = why
 
     # ------------------------------------------------------------------ the last run, for `status` and `logs`
 
