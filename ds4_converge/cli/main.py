@@ -96,6 +96,8 @@ def _known_failure(exc: Exception, session) -> str | None:
     from ds4_converge.errors import Ds4Error
 
     if isinstance(exc, PermissionError):
+        from ds4_converge.cli.session import permission_words
+
         return permission_words(exc)
     if not isinstance(exc, Ds4Error):
         return None
@@ -104,29 +106,6 @@ def _known_failure(exc: Exception, session) -> str | None:
     if isinstance(exc, SupervisorError) and session is not None:
         session.cannot_ask(exc.message)  # what serves: "cannot tell", without waiting on it a second time
     return exc.message
-
-
-def permission_words(exc: PermissionError) -> str:
-    """"permission denied: PATH (owned by O, mode M) for user U (uid N)": what a person needs to fix it."""
-    import os
-    import pwd
-
-    try:
-        user = pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        user = "?"
-    where = exc.filename or "?"
-    try:
-        st = os.stat(where, follow_symlinks=False)
-        try:
-            owner = pwd.getpwuid(st.st_uid).pw_name
-        except KeyError:
-            owner = f"uid {st.st_uid}"
-        where = f"{where} (owned by {owner}, mode {st.st_mode & 0o7777:o})"
-    except (OSError, TypeError, ValueError):
-        pass
-    return (f"permission denied: {where} for user {user} (uid {os.geteuid()}); run as a user who may use this root "
-            f"(its owner, or root)")
 
 
 def _replay_noop(argv: list[str], commands) -> int | None:

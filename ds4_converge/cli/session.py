@@ -121,6 +121,9 @@ class Session:
         try:
             supervisor = ctx.supervisor
             info = supervisor.info(ctx.spec.server.name) if supervisor.is_running() else None
+        except PermissionError as exc:  # a root this user may not look into: "unknown", and why in words
+            self.serving_unknown = permission_words(exc, advice=False)
+            return {**found, "state": "unknown"}
         except Exception as exc:  # noqa: BLE001 - supervisord half-up, unreadable socket: "unknown" is the answer
             self.serving_unknown = str(exc) or type(exc).__name__
             return {**found, "state": "unknown"}
@@ -208,6 +211,8 @@ class _Lock:
         except LockHeld as exc:
             holder = exc.holder.strip()
             raise CliError(LOCKED, "locked", str(exc), holder_pid=int(holder) if holder.isdigit() else None) from None
+        except PermissionError as exc:
+            raise CliError(FAILED, "failed", f"cannot open the run lock: {permission_words(exc)}") from None
         except OSError as exc:  # a link (ELOOP: opened without following), a FIFO, a read-only root …
             raise CliError(FAILED, "failed", f"cannot open the run lock {self.lock.path}: {exc.strerror}") from None
 
@@ -283,3 +288,42 @@ def write_last_run(logs, document: dict) -> None:
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
+
+
+def permission_words(exc: PermissionError, *, advice: bool = True) -> str:
+    """"permission denied: PATH (owned by O, mode M) for user U (uid N)": what a person needs to fix it. A path
+    that does not exist is named with the folder that refused it (one above it not to be entered, or the one it
+    could not be created in)."""
+    import pwd
+
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        user = "?"
+    where, refused = exc.filename or "?", exc.filename
+    if isinstance(exc.filename, str) and not os.path.lexists(exc.filename):
+        parents = _parents(exc.filename)
+        closed = [p for p in parents if os.path.isdir(p) and not os.access(p, os.X_OK)]
+        if closed:
+            where = refused = closed[0]
+        elif parents and os.path.isdir(parents[-1]) and not os.access(parents[-1], os.W_OK):
+            refused = parents[-1]
+            where = f"{exc.filename}: cannot be created in {refused}"
+    try:
+        st = os.stat(refused, follow_symlinks=False) if isinstance(refused, str) else None
+    except OSError:
+        st = None
+    if st is not None:
+        try:
+            owner = pwd.getpwuid(st.st_uid).pw_name
+        except KeyError:
+            owner = f"uid {st.st_uid}"
+        where = f"{where} (owned by {owner}, mode {st.st_mode & 0o7777:o})"
+    return (f"permission denied: {where} for user {user} (uid {os.geteuid()})"
+            + ("; run as a user who may use this root (its owner, or root)" if advice else ""))
+
+
+def _parents(path: str) -> list[str]:
+    """/a/b/c -> ["/a", "/a/b"]: the folders a lookup of `path` walks through, top first."""
+    parts = path.split("/")[1:-1]
+    return ["/" + "/".join(parts[:i + 1]) for i in range(len(parts))]
