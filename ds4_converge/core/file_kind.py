@@ -38,3 +38,11 @@ def writable_by(st: os.stat_result, uid: int, gids: set[int]) -> bool:
     need = (stat.S_IWUSR | stat.S_IXUSR) if st.st_uid == uid else (
         (stat.S_IWGRP | stat.S_IXGRP) if st.st_gid in gids else (stat.S_IWOTH | stat.S_IXOTH))
     return st.st_mode & need == need
+
+
+def searchable_by(st: os.stat_result, uid: int, gids: set[int]) -> bool:
+    """May `uid` (with groups `gids`) enter the folder `st` describes (look up names in it)?"""
+    if uid == 0:
+        return True
+    need = stat.S_IXUSR if st.st_uid == uid else stat.S_IXGRP if st.st_gid in gids else stat.S_IXOTH
+    return bool(st.st_mode & need)

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from boxes import Box, free_port
+from boxes import Box, reachable_box
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="runs the CLI as nobody: needs root")
 
@@ -32,16 +30,11 @@ def _interpreter_for_everyone() -> str | None:
 
 @pytest.fixture
 def root_box(sim_repo):
-    """A box converged by root, in a folder every user may enter (pytest's own tmp folder is 0700)."""
-    where = Path(tempfile.mkdtemp(prefix="ds4c-plain-user-"))
-    where.chmod(0o755)
-    box = Box(where / "root", sim_repo, free_port())
-    box.write()
-    rc, document = box.converge()
-    assert rc == 0, document
-    yield box
-    box.stop()
-    shutil.rmtree(where, ignore_errors=True)
+    """A box converged by root, in a folder every user may enter."""
+    with reachable_box(sim_repo) as box:
+        rc, document = box.converge()
+        assert rc == 0, document
+        yield box
 
 
 def as_nobody(box: Box, *args: str) -> subprocess.CompletedProcess:
