@@ -162,7 +162,7 @@ def status_lines(doc: dict) -> list[str]:
     if doc["healthy"]:
         head = f"{name}: [green]healthy[/], serving release {escape(doc['release'])} on {doc['endpoint']}"
     elif doc["state"] == "unknown":
-        head = f"{name}: [bold red]cannot tell[/] what serves ({escape(doc['error'])})"
+        head = f"{name}: [bold red]cannot tell what serves[/]: {escape(doc['error'].removeprefix('cannot tell what runs: '))}"
     elif doc["release"]:
         head = f"{name}: [bold red]not healthy[/]: release {escape(doc['release'])} runs but {escape(doc['error'])}"
     else:

@@ -66,7 +66,7 @@ def test_a_plain_user_is_told_which_permission_and_never_that_nothing_serves(roo
         assert "internal error" not in said and "Traceback" not in said, (args, said)
         assert "not serving" not in said and "serving: nothing" not in said, (args, said)
     status = as_nobody(root_box, "status", spec)
-    assert status.stdout.startswith(f"ds4: cannot tell what serves (cannot tell what runs: permission denied: "
+    assert status.stdout.startswith(f"ds4: cannot tell what serves: permission denied: "
                                     f"{root_box.root}/run (owned by root, mode 700) for user nobody"), status.stdout
     assert f"{root_box.endpoint} answers /v1/models" in status.stdout
     proc = as_nobody(root_box, *bench[:1], spec, *bench[1:], "--json")
