@@ -289,7 +289,6 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-
 def permission_words(exc: PermissionError, *, advice: bool = True) -> str:
     """"permission denied: PATH (owned by O, mode M) for user U (uid N)": what a person needs to fix it. A path
     that does not exist is named with the folder that refused it (one above it not to be entered, or the one it
@@ -314,11 +313,9 @@ def permission_words(exc: PermissionError, *, advice: bool = True) -> str:
     except OSError:
         st = None
     if st is not None:
-        try:
-            owner = pwd.getpwuid(st.st_uid).pw_name
-        except KeyError:
-            owner = f"uid {st.st_uid}"
-        where = f"{where} (owned by {owner}, mode {st.st_mode & 0o7777:o})"
+        from ds4_converge.core.file_kind import owner_words
+
+        where = f"{where} ({owner_words(st)})"
     return (f"permission denied: {where} for user {user} (uid {os.geteuid()})"
             + ("; run as a user who may use this root (its owner, or root)" if advice else ""))
 

@@ -46,3 +46,14 @@ def searchable_by(st: os.stat_result, uid: int, gids: set[int]) -> bool:
         return True
     need = stat.S_IXUSR if st.st_uid == uid else stat.S_IXGRP if st.st_gid in gids else stat.S_IXOTH
     return bool(st.st_mode & need)
+
+
+def owner_words(st: os.stat_result) -> str:
+    """"owned by root, mode 755": who may change a path, for a message that says why it was refused."""
+    import pwd
+
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        owner = f"uid {st.st_uid}"
+    return f"owned by {owner}, mode {st.st_mode & 0o7777:o}"

@@ -194,8 +194,8 @@ def _died(state: str, spawn_error: str, ended: list[str], words: str) -> str:
 
 def _restarted(first: int | None, pid: int | None, ended: list[str], words: str) -> str:
     how = _times(ended) if ended else "no exit recorded"
-    return (f"ds4-server exited while loading ({how}) and supervisord started it again (pid {first} → {pid}): "
-            f"a crash loop, not a slow load") + (f": {words}" if words else "")
+    return (f"ds4-server exited ({how}; supervisord started it again, pid {first} → {pid}: a crash loop, not a "
+            f"slow load)") + (f": {words}" if words else "")
 
 
 def _times(ended: list[str]) -> str:

@@ -5,18 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ds4_converge.core.file_kind import what_is, writable_by
+from ds4_converge.core.file_kind import owner_words, what_is, writable_by
 from ds4_converge.core.plan import Finding
-
-
-def _owner(st: os.stat_result) -> str:
-    import pwd
-
-    try:
-        name = pwd.getpwuid(st.st_uid).pw_name
-    except KeyError:
-        name = f"uid {st.st_uid}"
-    return f"owned by {name}, mode {st.st_mode & 0o7777:o}"
 
 
 def writable_dir_findings(field: str, path: Path, user: str, uid: int, gids: set[int]) -> list[Finding]:
@@ -28,7 +18,7 @@ def writable_dir_findings(field: str, path: Path, user: str, uid: int, gids: set
         if writable_by(st, uid, gids):
             return []
         return [Finding("error", f"{field} {path}: the engine's user {user} cannot write this directory "
-                                 f"({_owner(st)})", fix=f"chown {user} {path}, or name another directory")]
+                                 f"({owner_words(st)})", fix=f"chown {user} {path}, or name another directory")]
     if not what.startswith("missing"):
         return [Finding("error", f"{field} {path} is {what}, not a directory: the engine cannot keep its files there "
                                  f"(it would only log it and serve without them)",
@@ -43,7 +33,7 @@ def writable_dir_findings(field: str, path: Path, user: str, uid: int, gids: set
     st = os.stat(above)
     if not writable_by(st, uid, gids):
         return [Finding("error", f"{field} {path} does not exist, and the engine's user {user} cannot create it in "
-                                 f"{above} ({_owner(st)})", fix=f"create it for {user}, or name another path")]
+                                 f"{above} ({owner_words(st)})", fix=f"create it for {user}, or name another path")]
     return []
 
 
