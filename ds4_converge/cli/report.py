@@ -130,9 +130,15 @@ def recap(document: dict) -> list[Line]:
     lines.append([("bold red", "FAILED"), ("", f": {document['error'] or 'failed'}")])
     if document.get("detail"):
         lines.append([("dim", document["detail"].rstrip())])
-    lines.append([("", "serving: " + (f"release {document['release']} on {document['endpoint']}"
-                                      if document["release"] else "nothing"))])
+    lines.append([("", f"serving: {serving_words(document)}")])
     return lines
+
+
+def serving_words(document: dict) -> str:
+    """What serves, as a document says it: "release R on URL", "nothing", or "cannot tell (why)"."""
+    if document.get("serving_unknown"):
+        return f"cannot tell ({document['serving_unknown']})"
+    return f"release {document['release']} on {document['endpoint']}" if document["release"] else "nothing"
 
 
 def curl_line(endpoint: str) -> str:
@@ -155,6 +161,8 @@ def status_lines(doc: dict) -> list[str]:
         return lines + [f"  converge it with: ds4-converge {escape(doc['spec'])}"]
     if doc["healthy"]:
         head = f"{name}: [green]healthy[/], serving release {escape(doc['release'])} on {doc['endpoint']}"
+    elif doc["state"] == "unknown":
+        head = f"{name}: [bold red]cannot tell what serves[/]: {escape(doc['error'].removeprefix('cannot tell what runs: '))}"
     elif doc["release"]:
         head = f"{name}: [bold red]not healthy[/]: release {escape(doc['release'])} runs but {escape(doc['error'])}"
     else:

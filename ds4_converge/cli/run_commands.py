@@ -102,10 +102,9 @@ def finish(session, command: str, outcome, code: int, *, check: bool, switch: di
     from ds4_converge.cli import report
     from ds4_converge.core import interrupts
 
-    serving = session.serving()
     document = report.document(
-        command, ok=outcome.ok, exit_code=code, error=outcome.error, release=serving["release"],
-        endpoint=serving["endpoint"], aborted="interrupted" if interrupts.received() and not outcome.ok else None,
+        command, ok=outcome.ok, exit_code=code, error=outcome.error, **session.serving_fields(),
+        aborted="interrupted" if interrupts.received() and not outcome.ok else None,
         changed=outcome.changed, reverted=outcome.reverted, check=check, detail=outcome.detail or None,
         roles=[r.to_json() for r in outcome.results], switch=switch)
     session.document = document
@@ -118,7 +117,7 @@ def finish(session, command: str, outcome, code: int, *, check: bool, switch: di
         if document["aborted"] == "interrupted":
             from signal import Signals
 
-            serving = f"release {document['release']}" if document["release"] else "nothing"
+            serving = report.serving_words(document)
             sys.stderr.write(f"ds4-converge: interrupted by {Signals(interrupts.received()).name}; "
                              f"serving: {serving}\n")
     return code

@@ -26,7 +26,7 @@ def status(args, session) -> int:
     part = ctx.spec.distributed
     healthy, error = False, None
     if serving["state"] == "unknown" and session.serving_unknown:
-        never, code, error = False, FAILED, f"cannot tell what runs: {session.serving_unknown}"
+        never, code, error = False, FAILED, f"cannot tell what runs: {session.unknown_words()}"
     elif never:
         code, error = NEVER_CONVERGED, f"never converged under {ctx.layout.root}"
     elif serving["release"] is None:
@@ -51,8 +51,7 @@ def status(args, session) -> int:
     distributed = _distributed_status(ctx, part, running=serving["pid"] is not None) if part else None
     last_good = state.last_good
     document = report.document(
-        "status", ok=healthy, exit_code=code, error=error, release=serving["release"], endpoint=serving["endpoint"],
-        healthy=healthy, never_converged=never, state=serving["state"], pid=serving["pid"],
+        "status", ok=healthy, exit_code=code, error=error, **session.serving_fields(), healthy=healthy, never_converged=never, state=serving["state"], pid=serving["pid"],
         uptime_s=serving["uptime_s"], last_good=last_good.release if last_good else None,
         last_good_at=last_good.recorded_at if last_good else None, last_run=session.last_run(),
         last_revert=fleet_facts.last_revert(ctx.layout.logs), last_bench=fleet_facts.last_bench(ctx.layout.bench_results),
@@ -121,8 +120,7 @@ def logs(args, session) -> int:
     logs_found = {"build_log": build_log, "engine_log": engine_log if engine_log.exists() else None}
     if session.json:
         session.emit(report.document(
-            "logs", ok=True, exit_code=OK, release=session.serving()["release"],
-            endpoint=session.serving()["endpoint"],
+            "logs", ok=True, exit_code=OK, **session.serving_fields(),
             **{key: {"path": str(path), "text": tail(path, args.lines)} if path else None
                for key, path in logs_found.items()}))
         return OK
@@ -207,6 +205,7 @@ COMMANDS = [
             add_arguments=_logs_arguments,
             epilog="exit codes:\n    0  shown\n    2  invalid spec or usage\n    4  no logs yet under this root"),
     Command("stop", "stop the engine and the supervisord ds4-converge started (nothing else)", stop,
-            epilog="exit codes:\n    0  stopped, or nothing ran\n    2  invalid spec or usage\n"
-                   "    3  a converge holds the lock of this root"),
+            epilog="exit codes:\n    0  stopped, or nothing ran\n    1  failed: supervisord did not answer, or a "
+                   "permission was refused (what serves is said, or that it cannot be told)\n"
+                   "    2  invalid spec or usage\n    3  a converge holds the lock of this root"),
 ]

@@ -54,6 +54,7 @@ class Context:
     # the service user's (name, HOME) as the target host has them, from facts captured there (--check --facts);
     # None: looked up on this host
     account: tuple[str, str] | None = None
+    facts_elsewhere: bool = False  # facts captured on another host (--check --facts): this host's files are not its
     check: bool = False  # plan only: nothing on the host may change
     before_change: Callable[[], object] = lambda: None  # called before a role applies anything (takes a deferred lock)
     say: Callable[[str], object] = print  # progress lines for people (silent in --json mode)

@@ -18,6 +18,7 @@ Facts (module.Class -> value):
 * ``port.ProcNetListeners``  fallback without ``ss``: ``/proc/net/tcp{,6}`` + ``/proc/*/fd``
 * ``port.ProcessInfo``       ``/proc/PID/comm`` + ``cmdline``; ``port_holders(port)`` runs all three
 * ``port.count_established`` ``/proc/net/tcp{,6}`` -> connections served on a port (requests in flight)
+* ``addresses.HostAddresses`` ``ip -j addr`` -> every address of the host's interfaces
 * ``users.Passwd``           ``getent passwd USER`` -> ``PasswdEntry`` (HOME); ``users.CurrentUser`` ``id -un``
 
 :func:`gather_host_facts` runs them all and returns :class:`HostFacts` (``to_json()``);
@@ -25,6 +26,7 @@ Facts (module.Class -> value):
 ``timeout`` or ``unparsed``.
 """
 
+from ds4_converge.facts.addresses import HostAddresses, parse_ip_addr_json
 from ds4_converge.facts.arch import Architecture, parse_uname_machine
 from ds4_converge.facts.base import (CommandResult, Fact, FactParseError, FactRunner, Observation, Probe, ProbeStatus, Version, evaluate, gather, observe)
 from ds4_converge.facts.cuda import (CudaFacts, CudaLayout, CudaLayoutProbe, CudaLink, CudaToolkit, Nvcc, NvccRelease, NvccVersion, PathNvcc, assemble_cuda, parse_cuda_layout, parse_nvcc_version)

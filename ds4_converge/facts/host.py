@@ -6,6 +6,7 @@ import os
 import threading
 from typing import Sequence
 
+from ds4_converge.facts.addresses import HostAddresses
 from ds4_converge.facts.arch import Architecture
 from ds4_converge.facts.base import Fact, FactRunner, FrozenModel, Observation, Probe, ProbeStatus, observe
 from ds4_converge.facts.cuda import (DEFAULT_CUDA_GLOBS, DEFAULT_CUDA_LINK, CudaFacts, CudaLayoutProbe, NvccRelease, NvccVersion, assemble_cuda, nvcc_paths)
@@ -35,6 +36,8 @@ class HostFacts(FrozenModel):
     disk_models: dict[str, DiskSpace] = {}
     port: int | None = None
     listeners: list[Listener] = []
+    #: Every IP address of this host's interfaces (``ip -j addr``); None: unknown (no ``ip``, older facts).
+    addresses: list[str] | None = None
     service_user: str | None = None
     service_passwd: PasswdEntry | None = None
     #: Port holders that this root's supervisord runs (its engine, what descends from it), when the facts were
@@ -145,7 +148,7 @@ def gather_host_facts(
     chains = {"cuda": cuda, "disks": disks, "user": user, "listeners": lambda: port_holders(port, run=rec),
               "arch": lambda: rec.value(Architecture()), "gpus": lambda: rec.value(NvidiaGpus()),
               "driver": lambda: rec.value(NvidiaDriver()), "build_env": lambda: rec.value(BuildEnvironment()),
-              "memory": lambda: rec.value(Memory())}
+              "memory": lambda: rec.value(Memory()), "addresses": lambda: rec.value(HostAddresses())}
     got = _side_by_side(chains)
     user_name, passwd = got["user"]
     disk = got["disks"]
@@ -161,6 +164,7 @@ def gather_host_facts(
         disk_models={d: disk[d] for d in dirs if d in disk},
         port=port,
         listeners=got["listeners"],
+        addresses=got["addresses"],
         service_user=user_name,
         service_passwd=passwd,
         probes=dict(sorted(rec.probes.items())),  # the same order whichever chain finished first

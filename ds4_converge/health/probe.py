@@ -137,19 +137,26 @@ def wait_healthy(target: ProbeTarget, watch: EngineWatch, *, soak: bool = True) 
                            soak_s=target.soak_s if soak else 0)[0]
 
     started = time.monotonic()
-    asked = {"at": float("-inf"), "pid": None}
+    asked = {"at": float("-inf"), "pid": None, "first": None}
 
-    def alive() -> int:
+    def alive(*, loading: bool = False) -> int:
         if asked["pid"] and time.monotonic() - asked["at"] < SUPERVISOR_POLL_S and _running(asked["pid"]):
             return asked["pid"]
         state, pid, spawn_error = watch.state()
         if state not in ("RUNNING", "STARTING"):
             raise Unhealthy(_died(state, spawn_error, watch.exits(), watch.last_words()), watch.last_lines())
+        first = asked["first"] = asked["first"] or pid
+        if loading:
+            # an engine that exits after supervisord's start window is started again, and again: it is never
+            # BACKOFF or FATAL, only a new pid each time. One exit since this start is the crash it is.
+            ended = watch.exits()
+            if ended or (pid and first and pid != first):
+                raise Unhealthy(_restarted(first, pid, ended, watch.last_words()), watch.last_lines())
         asked.update(at=time.monotonic(), pid=pid)
         return pid
 
     def ready() -> int:
-        pid = alive()
+        pid = alive(loading=True)
         check_models(target.endpoint)
         if watch.state()[0] != "RUNNING":
             raise NotReady("answers, but supervisord has not counted it as started yet")
@@ -236,6 +243,12 @@ def _died(state: str, spawn_error: str, ended: list[str], words: str) -> str:
     how = _times(ended) if ended else "no exit recorded"
     supervisor = f"supervisord: {state}" + (f", {spawn_error}" if spawn_error else "")
     return f"ds4-server exited ({how}; {supervisor})" + (f": {words}" if words else "")
+
+
+def _restarted(first: int | None, pid: int | None, ended: list[str], words: str) -> str:
+    how = _times(ended) if ended else "no exit recorded"
+    return (f"ds4-server exited ({how}; supervisord started it again, pid {first} → {pid}: a crash loop, not a "
+            f"slow load)") + (f": {words}" if words else "")
 
 
 def _times(ended: list[str]) -> str:

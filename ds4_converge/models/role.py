@@ -51,6 +51,9 @@ def plan(ctx: Context) -> RolePlan:
                 raise RoleFailed(f"model.{want.slot}: {want.path} does not exist, and the spec gives no source to "
                                  "download it from")
             raise RoleFailed(f"model.{want.slot}: {want.path}: {why}; the file was not used")
+        if why.endswith("not a regular file") or why.startswith("missing ("):
+            raise RoleFailed(f"model.{want.slot}.dest: {want.path} is {why.removesuffix(', not a regular file')}: a "
+                             f"download cannot put the model there; remove it or name another dest")
         if want.path.exists() and str(want.path) in _in_use(ctx):
             raise RoleFailed(f"model.{want.slot}: {want.path} is used by a serving or last-good release and {why}; "
                              "download the new file under another name instead of overwriting it")

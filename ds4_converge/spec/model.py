@@ -192,10 +192,7 @@ class Server(Strict):
     @field_validator("host")
     @classmethod
     def _ipv4_or_localhost(cls, value: str) -> str:
-        if value == "localhost" or re.fullmatch(r"(\d{1,3})(\.\d{1,3}){3}", value) and all(
-                int(p) < 256 for p in value.split(".")):
-            return value
-        raise ValueError(f"{value!r}: ds4-server binds only an IPv4 literal or 'localhost'")
+        return values.check_bind_host(value)
 
     @model_validator(mode="after")
     def _kv_budget_needs_dir(self) -> Server:
@@ -249,9 +246,7 @@ class Address(Strict):
     @field_validator("host")
     @classmethod
     def _host_name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,253}", value):
-            raise ValueError(f"{value!r}: a host name or an IP address")
-        return value
+        return values.check_peer_host(value)
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"

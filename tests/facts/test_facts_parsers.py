@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pathlib import Path
 
 from ds4_converge.facts import (CommandResult, FactParseError, Gpu, Version, evaluate, parse_ancestors, parse_comm_cmdline, parse_df, parse_env0, parse_getent_passwd, parse_gpu_query, parse_id_user, parse_ls_proc_fds, parse_meminfo, parse_nvcc_version, parse_nvidia_smi_header, parse_proc_listeners, parse_proc_net_tcp, parse_ss_listeners, parse_uname_machine, count_established)
 from ds4_converge.facts.gpu import NvidiaGpus
@@ -364,3 +365,21 @@ def test_evaluate_failed_detail_and_not_found_user():
     obs = evaluate(Passwd(user="nobody-here"), CommandResult(("getent", "passwd", "nobody-here"), 2, ""))
     assert obs.probe.status == "ok" and obs.value is None
     assert obs.probe.fact == "users.Passwd(user='nobody-here')"
+
+
+# ---- addresses -------------------------------------------------------------------------
+
+
+def test_ip_addr_json_lists_every_address_of_every_interface():
+    from ds4_converge.facts.addresses import parse_ip_addr_json
+
+    text = (Path(__file__).parent / "fixtures" / "ip-addr.json").read_text()
+    assert parse_ip_addr_json(text) == ["127.0.0.1", "::1", "192.0.2.2", "fd00::2", "fe80::fc:ff:fe00:1"]
+
+
+@pytest.mark.parametrize("out", ["", "{}", "not json", '[{"addr_info": [{"local": "1.2.3"}]}]'])
+def test_ip_addr_json_malformed(out):
+    from ds4_converge.facts.addresses import parse_ip_addr_json
+
+    with pytest.raises(FactParseError):
+        parse_ip_addr_json(out)

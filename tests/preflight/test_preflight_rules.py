@@ -236,6 +236,26 @@ def test_non_loopback_host_warns_about_no_authentication_unless_exposed():
     assert rules.exposure_findings(spec(server={"host": "127.0.0.2"})) == []
 
 
+@pytest.mark.parametrize("address", ["1.2.3.4", "255.255.255.255", "192.0.2.3"])
+def test_an_address_no_interface_of_this_host_has_is_an_error(address):
+    facts = host(addresses=["127.0.0.1", "::1", "192.0.2.2", "fd00::2"])
+    finding = only(rules.bind_findings(spec(server={"host": address, "expose": True}), facts), "error")
+    assert finding.message == (f"server.host {address}: no interface of this host has this address (it has "
+                               f"127.0.0.1, 192.0.2.2): ds4-server could not bind it")
+    assert "0.0.0.0" in finding.fix
+    assert any(f.message == finding.message for f in rules.all_findings(spec(server={"host": address}), facts))
+
+
+@pytest.mark.parametrize("address", ["192.0.2.2", "0.0.0.0", "127.0.0.1", "127.3.4.5", "localhost"])
+def test_an_address_of_this_host_any_or_loopback_binds(address):
+    facts = host(addresses=["127.0.0.1", "::1", "192.0.2.2"])
+    assert rules.bind_findings(spec(server={"host": address}), facts) == []
+
+
+def test_unknown_addresses_refuse_nothing():
+    assert rules.bind_findings(spec(server={"host": "1.2.3.4"}), host(addresses=None)) == []
+
+
 # --------------------------------------------------------------------------- rule 6: paths
 
 

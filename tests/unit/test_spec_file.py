@@ -120,5 +120,24 @@ def test_host_must_be_ipv4_or_localhost(tmp_path):
     assert "IPv4 literal or 'localhost'" in problems(path)[0]
 
 
+@pytest.mark.parametrize("address", ["000.000.000.000", "0.0.0.00", "127.000.000.001", "010.0.0.1", "0127.0.0.1",
+                                     "127.1", "0x7f.0.0.1"])
+def test_a_host_written_as_a_disguised_number_is_refused(tmp_path, address):
+    """inet_aton reads 010.0.0.1 as 8.0.0.1 (octal) while the engine's inet_pton refuses it: only the one way
+    ipaddress writes an address is accepted."""
+    path = write(tmp_path, BASE + f"server:\n  host: '{address}'\n")
+    [problem] = problems(path)
+    assert problem.startswith(f"{path}:8:3: server.host: ") and "canonically" in problem, problem
+
+
+@pytest.mark.parametrize("peer", ["010.0.0.1", "10.000.0.1"])
+def test_a_distributed_peer_written_as_a_disguised_number_is_refused(tmp_path, peer):
+    from ds4_converge.spec.values import check_peer_host
+
+    with pytest.raises(ValueError, match="canonically"):
+        check_peer_host(peer)
+    assert check_peer_host("spark-2.lan") == "spark-2.lan" and check_peer_host("10.0.0.1") == "10.0.0.1"
+
+
 def test_schema_file_is_fresh():
     assert (REPO / "spec" / "schema.json").read_text() == schema_json(), "run: ds4-converge schema > spec/schema.json"
