@@ -11,7 +11,7 @@ from ds4_converge.facts.base import Fact, FactRunner, FrozenModel, Observation, 
 from ds4_converge.facts.cuda import (DEFAULT_CUDA_GLOBS, DEFAULT_CUDA_LINK, CudaFacts, CudaLayoutProbe, NvccRelease, NvccVersion, assemble_cuda, nvcc_paths)
 from ds4_converge.facts.disk import DiskFree, DiskSpace, ExistingAncestors, assemble_disk
 from ds4_converge.facts.environ import BuildEnvironment
-from ds4_converge.facts.gpu import DriverInfo, Gpu, NvidiaDriver, NvidiaGpus
+from ds4_converge.facts.gpu import DriverInfo, Gpu, GpuClocks, GpuProcess, NvidiaClocks, NvidiaComputeApps, NvidiaDriver, NvidiaGpus
 from ds4_converge.facts.memory import Memory, MemoryInfo
 from ds4_converge.facts.port import Listener, port_holders
 from ds4_converge.facts.users import CurrentUser, Passwd, PasswdEntry
@@ -25,6 +25,10 @@ class HostFacts(FrozenModel):
     #: ``[]``: no GPU *or* no nvidia-smi; see ``probes`` / :meth:`status`.
     gpus: list[Gpu] = []
     driver: DriverInfo = DriverInfo()
+    #: the processes holding a CUDA context (the serving engine, or another tenant).
+    gpu_processes: list[GpuProcess] = []
+    #: per GPU: SM clock and its maximum, power, p-state and the active clock event (throttle) reasons.
+    gpu_clocks: list[GpuClocks] = []
     cuda: CudaFacts = CudaFacts()
     #: CUDA_HOME, NVCC, CUDA_ARCH, PATH, LD_LIBRARY_PATH... as the executor's commands see them.
     build_env: dict[str, str] = {}
@@ -145,7 +149,8 @@ def gather_host_facts(
     chains = {"cuda": cuda, "disks": disks, "user": user, "listeners": lambda: port_holders(port, run=rec),
               "arch": lambda: rec.value(Architecture()), "gpus": lambda: rec.value(NvidiaGpus()),
               "driver": lambda: rec.value(NvidiaDriver()), "build_env": lambda: rec.value(BuildEnvironment()),
-              "memory": lambda: rec.value(Memory())}
+              "memory": lambda: rec.value(Memory()), "gpu_processes": lambda: rec.value(NvidiaComputeApps()),
+              "gpu_clocks": lambda: rec.value(NvidiaClocks())}
     got = _side_by_side(chains)
     user_name, passwd = got["user"]
     disk = got["disks"]
@@ -153,6 +158,8 @@ def gather_host_facts(
         arch=got["arch"],
         gpus=got["gpus"],
         driver=got["driver"],
+        gpu_processes=got["gpu_processes"],
+        gpu_clocks=got["gpu_clocks"],
         cuda=got["cuda"],
         build_env=got["build_env"],
         memory=got["memory"],
