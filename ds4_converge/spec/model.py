@@ -332,4 +332,10 @@ class Spec(Strict):
             raise FieldProblem("server.speculative.mode", "speculative mode mtp needs model.mtp")
         if mode == "dspark" and self.model.dspark is None:
             raise FieldProblem("server.speculative.mode", "speculative mode dspark needs model.dspark")
+        if mode != "off" and self.distributed is not None:
+            # b030961 ds4.c opens the support model only when distributed.role is NONE: --mtp is dropped silently
+            raise FieldProblem("server.speculative.mode",
+                               f"speculative mode {mode} does nothing in a distributed deployment: the engine loads "
+                               f"no MTP or DSpark support model when it runs with --role (it drops --mtp without "
+                               f"a word, antirez/ds4#877); set server.speculative.mode: off")
         return self
