@@ -61,7 +61,7 @@ def _pick_ctx(memory_total: int | None) -> tuple[int, bool, str]:
 
 def starter_spec(host: HostFacts, *, port: int = 8000, as_root: bool = True) -> Starter:
     """A commented starter spec for ``host`` (pure)."""
-    from ds4_converge.preflight.rules import GB10, sm_arch
+    from ds4_converge.preflight.rules import GB10, context_note, sm_arch
 
     notes: list[str] = []
     gpu = host.gpus[0] if host.gpus else None
@@ -81,6 +81,9 @@ def starter_spec(host: HostFacts, *, port: int = 8000, as_root: bool = True) -> 
     total = host.memory.total_bytes if host.memory else None
     ctx, fits, judgement = _pick_ctx(total)
     notes.append(f"q2 imatrix (~81 GiB) at ctx {ctx}: {judgement}")
+    beyond_training = context_note(ctx)
+    if beyond_training:
+        notes.append(beyond_training)
 
     lines = [f"# Starter spec written by `ds4-converge init` from this host's facts: {host.arch or 'unknown arch'}, "
              f"{gpu.name if gpu else 'no GPU'}, {gib(total)} RAM.",
@@ -106,7 +109,8 @@ def starter_spec(host: HostFacts, *, port: int = 8000, as_root: bool = True) -> 
               "  host: 127.0.0.1  # ds4-server has no authentication: keep it on loopback",
               f"  port: {port}",
               f"  ctx: {ctx}" + ("  # the largest of 262144/131072/65536/32768 that fits in memory" if fits
-                                 else "  # does not fit anyway: see the warning above"),
+                                 else "  # does not fit anyway: see the warning above")
+              + ("; above the trained 65536: YaRN extension" if beyond_training else ""),
               "  # power: 100  # below 100 costs speed: 11.5 instead of 15.3 tok/s at 75",
               "  speculative: {mode: \"off\"}",
               "paths:",
