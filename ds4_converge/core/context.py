@@ -48,6 +48,7 @@ class Context:
     release: Any = None  # engine.release.Release
     models: Any = None  # engine.server_args.ModelPaths
     memory_short: str | None = None  # the memory budget does not fit and model.memory_budget is warn: why
+    memory_estimate: Any = None  # models.budget.Budget: what the models role expects the engine to take
     desired: Deployment | None = None
     restart_needed: bool = False
     prepared: bool = False  # engine.prepare ran in this run

@@ -25,12 +25,21 @@ NO_DEVICES = "No devices were found"
 _NOT_AVAILABLE = {"[N/A]", "N/A", "[Not Supported]", "Not Supported", ""}
 
 
+#: compute capabilities of GPUs that share the host's memory: GB10 (DGX Spark)
+UNIFIED_MEMORY_CAPS = frozenset({Version(12, 1)})
+
+
 class Gpu(FrozenModel):
     index: int
     name: str
     #: ``Version(12, 1)`` for GB10, ``Version(9, 0)`` for H200; ``None`` if reported as N/A.
     compute_cap: Version | None
     driver_version: str | None
+
+    @property
+    def unified_memory(self) -> bool:
+        """Its memory is the host's (GB10): what the GPU holds, the host does not have."""
+        return self.compute_cap in UNIFIED_MEMORY_CAPS
 
 
 class DriverInfo(FrozenModel):

@@ -44,6 +44,9 @@ class HostFacts(FrozenModel):
     #: Port holders that this root's supervisord runs (its engine, what descends from it), when the facts were
     #: captured for a spec (``ds4-converge facts SPEC``); None: ask supervisord here.
     supervised_pids: list[int] | None = None
+    #: What those give back when stopped (anonymous, shared and pinned memory; GPU memory on a GB10), captured
+    #: with them: the room a switch on that host has beyond MemAvailable.
+    supervised_returned_bytes: int | None = None
     #: One entry per command run, keyed by fact key (``gpu.NvidiaGpus``,
     #: ``cuda.NvccVersion(path='/usr/bin/nvcc')``).
     probes: dict[str, Probe] = {}

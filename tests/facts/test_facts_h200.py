@@ -114,7 +114,7 @@ def test_what_was_read_there_still_reads_and_plans_an_h200():
     assert {k: v for k, v in dumped.items() if k in AS_READ and k != "memory"} == {
         k: v for k, v in AS_READ.items() if k != "memory"}
     assert {k: v for k, v in dumped.items() if k not in AS_READ} == {
-        "supervised_pids": None, "gpu_processes": [], "gpu_clocks": []}
+        "supervised_pids": None, "supervised_returned_bytes": None, "gpu_processes": [], "gpu_clocks": []}
     starter = starter_spec(there)
     assert (starter.target, starter.cuda_arch) == ("cuda", "sm_90")
     assert [f for f in target_findings(_spec(target="cuda", cuda_arch="sm_90"), there)] == []
