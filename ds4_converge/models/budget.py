@@ -13,11 +13,12 @@ programs hold is in the second only.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
 from ds4_converge.engine_knowledge import load as load_knowledge
-from ds4_converge.units import GIB, gib
+from ds4_converge.units import GIB, MIB, gib
 
 OS_HEADROOM_BYTES = 8 * GIB
 # left free of what MemAvailable says: the fork's --mem-floor-gb default (admissions leave 4 GB free)
@@ -145,3 +146,62 @@ def streaming_hint(flags) -> str | None:
     return (f"the model set does not fit in memory (see models); this build has {SSD_STREAMING}, which streams "
             f"the weights from SSD instead of keeping them all resident (Metal/CUDA/ROCm): add it to "
             f"server.extra_args")
+
+
+# ------------------------------------------------------------------------- the engine's own plan, at each start
+
+# b030961: "ds4: memory: KV 0.46 GiB (raw 0.36 + compressed 0.11) + buffers 0.06 GiB + resident model 80.76 GiB
+# [+ …] = 81.29 GiB planned" (green on a TTY); both versions: "ds4-server: context buffers 752.00 MiB (ctx=32768, …"
+_PLANNED = re.compile(r"memory: KV (?P<kv>[\d.]+) GiB .*?\+ buffers (?P<buffers>[\d.]+) GiB \+ resident model "
+                      r"(?P<resident>[\d.]+) GiB.*?= (?:\x1b\[[\d;]*m)?(?P<total>[\d.]+) GiB planned")
+_CONTEXT_BUFFERS = re.compile(r"context buffers (?P<mib>[\d.]+) MiB \(ctx=(?P<ctx>\d+)")
+# the engine's plan above the estimate by more than this fraction and this many bytes is said as a warning: the
+# budget underestimates it (a few hundred MiB of raw rows at a small ctx is no news)
+PLAN_TOLERANCE = 0.05
+PLAN_SLACK_BYTES = GIB // 2
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What one start of the engine said it takes (bytes, as rounded in its log)."""
+
+    context_buffers: int | None = None  # KV + scratch, both versions
+    total: int | None = None            # b030961's plan: KV + buffers + resident model (+ streaming parts)
+    resident: int | None = None
+
+
+def read_plan(log_text: str) -> Planned | None:
+    """The last plan a start log holds (None: the engine said none, e.g. it died before)."""
+    plans = list(_PLANNED.finditer(log_text))
+    buffers = list(_CONTEXT_BUFFERS.finditer(log_text))
+    if not plans and not buffers:
+        return None
+    plan = plans[-1] if plans else None
+    return Planned(
+        context_buffers=int(float(buffers[-1]["mib"]) * MIB) if buffers else None,
+        total=int(float(plan["total"]) * GIB) if plan else None,
+        resident=int(float(plan["resident"]) * GIB) if plan else None)
+
+
+def against_plan(planned: Planned, budget: Budget) -> tuple[Level, str]:
+    """The engine's own figures beside the estimate: ('warn', …) when it plans more than the estimate allows."""
+    said, worst = [], 0.0
+
+    def over(engine: int, estimate: int) -> float:
+        excess = engine - estimate
+        return excess / estimate if excess > max(PLAN_TOLERANCE * estimate, PLAN_SLACK_BYTES) else 0.0
+
+    if planned.total is not None:
+        # the plan counts the resident tensor data only where the backend maps it for the device (0 on a CPU)
+        estimate = budget.kv + (budget.weights + budget.drafter if planned.resident else 0)
+        said.append(f"the engine planned {gib(planned.total)} (resident model {gib(planned.resident or 0)}), "
+                    f"the budget {gib(estimate)}")
+        worst = max(worst, over(planned.total, estimate))
+    if planned.context_buffers is not None:
+        said.append(f"context buffers {gib(planned.context_buffers)}, the budget's KV {gib(budget.kv)}")
+        worst = max(worst, over(planned.context_buffers, budget.kv))
+    verdict = "; ".join(said) + f" (ctx {budget.ctx})"
+    if worst:
+        return "warn", (f"memory: {verdict}: the engine takes {worst:.0%} more than the budget counted; the "
+                        f"budget's engine knowledge is behind this build")
+    return "ok", f"memory: {verdict}"

@@ -159,3 +159,29 @@ def test_what_this_process_returns_is_read_from_proc():
     from ds4_converge.service.processes import returned_bytes
     assert returned_bytes([os.getpid()]) > 0
     assert returned_bytes([]) == 0
+
+
+# ---- the engine's own plan at each start -----------------------------------------------------------------------
+
+# b030961 on an H200 at ctx 8192 (reference/real-engines.md), coloured as on a TTY
+H200_PLAN = ("\x1b[32mds4: memory: KV 0.46 GiB (raw 0.36 + compressed 0.11) + buffers 0.06 GiB + resident model "
+             "80.76 GiB = \x1b[1;32m81.29 GiB planned\x1b[0m\n")
+
+
+def test_the_plan_line_is_read_colours_and_all():
+    from ds4_converge.models.budget import read_plan
+    planned = read_plan("noise\n" + H200_PLAN)
+    assert planned.total == int(81.29 * GIB) and planned.resident == int(80.76 * GIB)
+    assert planned.context_buffers is None
+    only_buffers = read_plan("ds4-server: context buffers 14.29 MiB (ctx=256, backend=cpu, prefill_chunk=0)\n")
+    assert only_buffers.total is None and only_buffers.context_buffers == int(14.29 * MIB)
+    assert read_plan("ds4: cannot open model\n") is None
+
+
+def test_a_plan_above_the_estimate_is_said_loudly():
+    from ds4_converge.models.budget import Planned, against_plan, read_plan
+    level, message = against_plan(read_plan(H200_PLAN), estimate(int(80.76 * GIB), 8192))
+    assert level == "ok", message
+    assert message == "memory: the engine planned 81.3 GiB (resident model 80.8 GiB), the budget 81.1 GiB (ctx 8192)"
+    level, message = against_plan(Planned(total=100 * GIB, resident=90 * GIB), estimate(int(80.76 * GIB), 8192))
+    assert level == "warn" and "takes 23% more than the budget counted" in message, message
