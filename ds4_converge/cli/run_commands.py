@@ -41,15 +41,12 @@ def converge(args, session) -> int:
     from ds4_converge.cli.progress import Reporter, mode_for
     from ds4_converge.core import interrupts
     from ds4_converge.orchestrate import captured_facts
-    from ds4_converge.orchestrate.reconciler import converge as run
+    from ds4_converge.orchestrate.run import run
 
     facts_at = time.time()
     captured = _captured(args, session)
     ctx = session.context(**({"account": captured_facts.account(captured, session.loaded.spec.server.user)}
                              if captured else {}))
-    ctx.check = args.check
-    if captured:
-        ctx.facts = captured.facts
     if not args.check:
         noop.forget(args.spec)
     before = ctx.state.current  # what ran before: the restart's config diff is against it
@@ -57,19 +54,8 @@ def converge(args, session) -> int:
     reporter.extra_lines = lambda result: (report.switch_lines(switch_of(before, ctx), check=ctx.check)
                                            if result.name == "service" and result.changed else [])
     reporter.attach(ctx)
-    if captured:
-        _say_where_the_facts_came_from(ctx, captured)
-    lock = session.lock(read_only=args.check)
     try:
-        if not args.check and not ctx.layout.root.exists():
-            # a box never converged: take the lock (creating ROOT) only right before the first change,
-            # so a run refused by preflight leaves no trace
-            ctx.before_change = lock.acquire
-            with lock:
-                outcome = run(ctx, diff=args.diff)
-        else:
-            with lock.acquire():
-                outcome = run(ctx, diff=args.diff)
+        outcome = run(ctx, session.lock(read_only=args.check), check=args.check, captured=captured, diff=args.diff)
     finally:
         reporter.close()
     signum = interrupts.received()
@@ -94,27 +80,6 @@ def _captured(args, session):
         return load(args.facts)
     except NotFacts as exc:
         raise CliError(INVALID, "usage", str(exc)) from None
-
-
-def _say_where_the_facts_came_from(ctx, captured) -> None:
-    """Preflight's line (as it prints) notes which facts the plan used, and warns where they do not fit the spec."""
-    from ds4_converge.orchestrate import captured_facts
-    from ds4_converge.orchestrate.reconciler import facts_request
-
-    try:
-        request = facts_request(ctx)
-    except Exception:  # noqa: BLE001 - a path that does not expand: preflight itself reports it
-        request = {"port": captured.facts.port, "root": captured.facts.root, "model_dirs": []}
-    said, warned = captured_facts.notes(captured, request, ctx.spec.server.user)
-    shown = ctx.on_role_done
-
-    def on_role_done(result):
-        if result.name == "preflight":
-            result.notes[:0] = said
-            result.warnings[:0] = warned
-        shown(result)
-
-    ctx.on_role_done = on_role_done
 
 
 def switch_of(before, ctx) -> dict | None:

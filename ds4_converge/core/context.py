@@ -1,9 +1,10 @@
 """What the roles of one run share: the spec, where things live, host facts, and what earlier roles decided.
 
-Plain data of the ground: a field that holds a role's own type (a release, a build request, the supervisord
-client) is typed ``Any`` here and names its type in a comment; the role that sets it owns the type. The
+Plain data of the ground. A field that holds a role's own type (a release, a build request, the supervisord
+client) names that type through a type-only import: the role that sets it owns the type, and nothing of it is
+imported at run time (.importlinter ignores type-only imports: they name, they do not depend). The
 orchestration makes the context (:func:`ds4_converge.orchestrate.context.make_context`) and hands it the
-roles' handles.
+roles' handles and the run's policy (what it may change, which facts it plans from, when it takes the lock).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pwd
 from dataclasses import dataclass, field
 from functools import cache, partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from ds4_converge.core.layout import Layout
 from ds4_converge.core.state import Deployment, State
@@ -23,7 +24,26 @@ from ds4_converge.spec.model import Spec
 from ds4_converge.spec.values import check_root
 
 if TYPE_CHECKING:
+    from ds4_converge.core.plan import RoleResult
+    from ds4_converge.engine.git import EngineRepo
+    from ds4_converge.engine.pins import PinCache
+    from ds4_converge.engine.release import BuildRequest, Release
+    from ds4_converge.engine.server_args import ModelPaths
     from ds4_converge.facts import HostFacts
+    from ds4_converge.models.digests import DigestCache
+    from ds4_converge.service.drain import Drained
+    from ds4_converge.service.render import RenderCache
+    from ds4_converge.service.start_log import StartMark
+    from ds4_converge.service.supervisor import Supervisor
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the probe hands the switch: this deployment passed the whole probe (the switch commits it)."""
+
+    deployment: Deployment
+    pid: int | None
+    bench: dict | None = None  # the performance gate's measurement, recorded with last good
 
 
 @dataclass
@@ -38,29 +58,30 @@ class Context:
     before_change: Callable[[], object] = lambda: None  # called before a role applies anything (takes a deferred lock)
     say: Callable[[str], object] = print  # progress lines for people (silent in --json mode)
     on_role_start: Callable[[str], object] = lambda name: None  # the reconciler reports each role as it starts …
-    on_role_done: Callable[[object], object] = lambda result: None  # … and its RoleResult as soon as it is known
+    on_role_done: Callable[[RoleResult], object] = lambda result: None  # … and its RoleResult as soon as it is known
     progress: bool = False  # draw progress bars (a TTY, not --json)
     # decided by the roles, in order
     toolkit: Toolkit = field(default_factory=Toolkit)
     service_env: dict[str, str] = field(default_factory=dict)
-    build: Any = None  # engine.release.BuildRequest
-    engine_repo: Any = None  # engine.git.EngineRepo
-    release: Any = None  # engine.release.Release
-    models: Any = None  # engine.server_args.ModelPaths
+    build: BuildRequest | None = None
+    engine_repo: EngineRepo | None = None
+    release: Release | None = None
+    models: ModelPaths | None = None
     memory_short: str | None = None  # the memory budget does not fit and model.memory_budget is warn: why
     memory_estimate: Any = None  # models.budget.Budget: what the models role expects the engine to take
     desired: Deployment | None = None
     restart_needed: bool = False
     prepared: bool = False  # engine.prepare ran in this run
     switched: bool = False  # the old engine was stopped: a failure from here on needs a revert
-    start: object | None = None  # service.start_log.StartMark of the engine started last by this run
-    drained: object | None = None  # service.drain.Drained: what the last stop waited for
+    start: StartMark | None = None  # the engine started last by this run: where its log lines begin
+    drained: Drained | None = None  # what the last stop waited for
+    verdict: Verdict | None = None  # the probe's, until the switch commits it
     state: State = field(default_factory=State)
     # the roles' handles, made by the orchestration; they read or write nothing until first used
-    supervisor: Any = None  # service.supervisor.Supervisor of this root
-    digests: Any = None  # models.digests.DigestCache: verified sha256 digests by file identity, learned by planning
-    pins: Any = None  # engine.pins.PinCache: which commit each engine tag resolved to (a no-op needs no git)
-    renders: Any = None  # service.render.RenderCache: config texts rendered last time (a no-op needs no jinja2)
+    supervisor: Supervisor | None = None  # of this root
+    digests: DigestCache | None = None  # verified sha256 digests by file identity, learned by planning
+    pins: PinCache | None = None  # which commit each engine tag resolved to (a no-op needs no git)
+    renders: RenderCache | None = None  # config texts rendered last time (a no-op needs no jinja2)
 
     @property
     def spec(self) -> Spec:

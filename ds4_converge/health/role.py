@@ -1,17 +1,14 @@
-"""Probe role: a switched engine must answer, answer right, and stay up before it becomes last good."""
+"""Probe role: a switched engine must answer, answer right, and stay up; its verdict lets the switch commit."""
 from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import replace
 
-from ds4_converge.core.context import Context
+from ds4_converge.core.context import Context, Verdict
 from ds4_converge.core.crashpoints import crash_point
-from ds4_converge.service.guard import disarm
 from ds4_converge.core.plan import Change, RoleFailed, RolePlan
 from ds4_converge.health import bench, gate, warmup, worker
 from ds4_converge.health.probe import NotReady, ProbeTarget, Unhealthy, check_models, wait_healthy
-from ds4_converge.engine.release import prune
 from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.service import start_log
 from ds4_converge.tool_command import tool_command
@@ -157,15 +154,9 @@ def _probe(ctx: Context) -> str:
     else:
         measured, said = performance_gate(ctx)
         said += warm_up(ctx)
-    ctx.state.bless(replace(ctx.desired.stamped(), bench=measured))
-    ctx.state.save(ctx.layout.state_file)
-    disarm(ctx.layout)  # proven and recorded: the switch is settled, the guard has nothing to bring back
-    crash_point("blessed")
-    # only now is the rollback target known for sure; releases outside it and keep_releases can go
-    removed = prune(ctx.layout, ctx.spec.engine.keep_releases, ctx.state.releases_in_use())
-    return (f"healthy (pid {pid}); " + "".join(f"{line}; " for line in said)
-            + f"release {ctx.desired.release} is now last good"
-            + (f"; removed old release(s) {', '.join(removed)}" if removed else ""))
+    # the verdict: the orchestration has the switch commit it (last good recorded, guard disarmed, prune)
+    ctx.verdict = Verdict(ctx.desired, pid, measured)
+    return f"healthy (pid {pid})" + "".join(f"; {line}" for line in said)
 
 
 def performance_gate(ctx: Context) -> tuple[dict | None, list[str]]:

@@ -130,7 +130,7 @@ def _run(ctx: Context, outcome: Outcome, roles: Sequence, revert, diff: bool) ->
                 break
             ctx.before_change()
             try:
-                messages.append(plans.apply(ctx, plan))
+                messages.append(plans.apply(ctx, plan) + _commit(ctx))
             except Ds4Error as exc:
                 return _failed(ctx, outcome, roles, revert, role.NAME, exc, plan=plan, diff=diff, done=changes)
             except BaseException as exc:  # noqa: BLE001
@@ -145,6 +145,12 @@ def _run(ctx: Context, outcome: Outcome, roles: Sequence, revert, diff: bool) ->
     outcome.release = ctx.desired.release if ctx.desired else (ctx.build.release_id if ctx.build else None)
     outcome.endpoint = ctx.endpoint
     return outcome
+
+
+def _commit(ctx: Context) -> str:
+    """A role handed a verdict (the probe: the switched engine is healthy): the switch commits it."""
+    verdict, ctx.verdict = ctx.verdict, None
+    return f"; {switch.commit(ctx, verdict)}" if verdict is not None else ""
 
 
 def _record(ctx: Context, outcome: Outcome, result: RoleResult) -> None:

@@ -17,12 +17,11 @@ from ds4_converge.core.layout import write_atomic
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
 from ds4_converge.core.shell import CommandFailed
 from ds4_converge.engine_knowledge import load as load_knowledge
-from ds4_converge.service import start_log
 from ds4_converge.core.state import Deployment
 from ds4_converge.models.gguf import judge_files
 from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
 from ds4_converge.models.placement import SLOTS
-from ds4_converge.service import guard, render, secrets, switch, systemd
+from ds4_converge.service import render, secrets, switch, systemd
 from ds4_converge.service.supervisor import supervisord_argv
 
 NAME = "service"
@@ -231,31 +230,17 @@ def _switch(ctx: Context, *, deployment: Deployment) -> str:
     if ctx.supervisor.running_pid(name):
         ctx.say(f"stopping {name} (SIGTERM, waiting for its process group)")
     prepare_engine_lock(ctx)
-    ctx.switched = True
-    switch.switch_to(ctx, deployment.stamped())
+    switch.switch(ctx, deployment)
     drained = f" ({ctx.drained.describe()})" if ctx.drained and ctx.drained.in_flight else ""
     return f"started {name} on release {deployment.release}{drained}"
 
 
 def _cold_start(ctx: Context, *, deployment: Deployment, unit: Path | None) -> str:
-    """supervisord is down: the new program file first, then supervisord, which starts the engine (autostart)."""
+    """supervisord is down: the switch writes the new program file, then starts supervisord (service/switch.py)."""
     errors = [f for f in port_findings(ctx) if f.level == "error"]
     if errors:
         raise RoleFailed(str(errors[0]))
-    name = ctx.spec.server.name
     ctx.layout.ensure()
     prepare_engine_lock(ctx)
-    ctx.switched = True  # nothing of ours runs now; from here a failure reverts to last good
-    # supervisord starts the guard (autostart) with the engine: it watches this intent from then on
-    guard.arm(ctx.layout, None, name=name, grace=switch.UNPROVEN_STOP_GRACE_S, fallback=ctx.state.last_good)
-    crash_point("intent")
-    deployment = deployment.stamped()
-    ctx.state.current = deployment
-    ctx.state.save(ctx.layout.state_file)
-    switch.write_program(ctx, deployment)
-    crash_point("program-written")
-    ctx.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
-    _start_supervisord(ctx, unit=unit)
-    ctx.supervisor.await_autostart(name)
-    crash_point("new-started")
-    return f"started {name} on release {deployment.release}"
+    deployment = switch.cold_start(ctx, deployment, start_supervisord=partial(_start_supervisord, ctx, unit=unit))
+    return f"started {ctx.spec.server.name} on release {deployment.release}"

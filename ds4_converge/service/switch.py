@@ -1,21 +1,27 @@
-"""A switch and its revert: one operation of the service domain, with the switch guard.
+"""A switch as one transaction of the service domain, with the switch guard: begin, commit or revert.
 
-The service role switches (:func:`switch_to`); when a later step fails, the orchestration calls :func:`revert`
-once and proves with the probe that what it started answers; :func:`settle` ends the switch (the guard has
-nothing left to bring back) and :func:`recover_stale` repairs one whose run died. What serves after things
-went wrong is said by :func:`serving`. The orchestration above knows none of supervisord, the guard or the
-program files: they are this module's business.
+Begin: the service role starts the new deployment, with supervisord down (:func:`cold_start`) or up
+(:func:`switch`); both record the intent and arm the guard first, then write the program file and start it
+(:func:`_install`), so a run that dies anywhere in between is repaired by the guard. Commit: once the probe's
+verdict says the new engine is healthy, the orchestration calls :func:`commit` (last good recorded, the guard
+disarmed, releases no rollback needs pruned). Revert: when a later step fails, the orchestration calls
+:func:`revert` once and proves with the probe that what it started answers. :func:`settle` ends the switch
+(the guard has nothing left to bring back) and :func:`recover_stale` repairs one whose run died. What serves
+after things went wrong is said by :func:`serving`. The orchestration above knows none of supervisord, the
+guard or the program files: they are this module's business.
 """
 from __future__ import annotations
 
 import http.client
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from ds4_converge.core import interrupts
-from ds4_converge.core.context import Context
+from ds4_converge.core.context import Context, Verdict
 from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.engine_http import request
 from ds4_converge.core.state import Deployment
+from ds4_converge.engine.release import prune
 from ds4_converge.service import drain, guard, secrets, start_log
 from ds4_converge.service.render import read_program_conf
 
@@ -71,15 +77,57 @@ def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -
     crash_point(f"{step}intent")
     ctx.supervisor.stop(name, grace=grace)
     crash_point(f"{step}old-stopped")
-    ctx.state.current = deployment
-    ctx.state.save(ctx.layout.state_file)
-    write_program(ctx, deployment)
-    crash_point(f"{step}program-written")
+    _install(ctx, deployment, step)
     ctx.say(f"starting {name} on release {deployment.release}")
     ctx.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
     ctx.supervisor.load(name)
     if reason == "switch":
         crash_point("new-started")
+
+
+def _install(ctx: Context, deployment: Deployment, step: str = "") -> None:
+    """The intent is recorded and the guard armed; what runs was stopped: record the new deployment as current
+    and write its program file (the guard puts last good back if the run dies from here until it is settled)."""
+    ctx.state.current = deployment
+    ctx.state.save(ctx.layout.state_file)
+    write_program(ctx, deployment)
+    crash_point(f"{step}program-written")
+
+
+def switch(ctx: Context, deployment: Deployment) -> None:
+    """The service role's switch with supervisord up: from here a failure reverts to last good."""
+    ctx.switched = True
+    switch_to(ctx, deployment.stamped())
+
+
+def cold_start(ctx: Context, deployment: Deployment, *, start_supervisord: Callable[[], object]) -> Deployment:
+    """supervisord is down: the new program file first, then supervisord, which starts the engine (autostart).
+    Returns the deployment as recorded (stamped)."""
+    name = ctx.spec.server.name
+    ctx.switched = True  # nothing of ours runs now; from here a failure reverts to last good
+    # supervisord starts the guard (autostart) with the engine: it watches this intent from then on
+    guard.arm(ctx.layout, None, name=name, grace=UNPROVEN_STOP_GRACE_S, fallback=ctx.state.last_good)
+    crash_point("intent")
+    deployment = deployment.stamped()
+    _install(ctx, deployment)
+    ctx.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
+    start_supervisord()
+    ctx.supervisor.await_autostart(name)
+    crash_point("new-started")
+    return deployment
+
+
+def commit(ctx: Context, verdict: Verdict) -> str:
+    """The probe's verdict says the switched engine is healthy: record it as last good, stand the guard down,
+    and prune releases no rollback needs. Returns what it did, in words, for the probe's line."""
+    ctx.state.bless(replace(verdict.deployment.stamped(), bench=verdict.bench))
+    ctx.state.save(ctx.layout.state_file)
+    guard.disarm(ctx.layout)  # proven and recorded: the switch is settled, the guard has nothing to bring back
+    crash_point("blessed")
+    # only now is the rollback target known for sure; releases outside it and keep_releases can go
+    removed = prune(ctx.layout, ctx.spec.engine.keep_releases, ctx.state.releases_in_use())
+    return (f"release {verdict.deployment.release} is now last good"
+            + (f"; removed old release(s) {', '.join(removed)}" if removed else ""))
 
 
 @dataclass(frozen=True)
