@@ -153,7 +153,7 @@ def _probe(ctx: Context) -> str:
         measured, said = None, [f"worker up, {state.describe()}"]
     else:
         measured, said = performance_gate(ctx)
-        said += warm_up(ctx)
+        said += warm_up(ctx) + memory_plan(ctx)
     # the verdict: the orchestration has the switch commit it (last good recorded, guard disarmed, prune)
     ctx.verdict = Verdict(ctx.desired, pid, measured)
     return f"healthy (pid {pid})" + "".join(f"; {line}" for line in said)
@@ -173,6 +173,19 @@ def performance_gate(ctx: Context) -> tuple[dict | None, list[str]]:
     except gate.TooSlow as exc:
         raise RoleFailed(f"release {ctx.desired.release} is too slow: {exc}") from None
     return {"decode_tps": verdict.decode_tps, "at": record["at"]}, [verdict.message]
+
+
+def memory_plan(ctx: Context) -> list[str]:
+    """What the engine said it takes at this start (its "planned" / "context buffers" lines) beside the budget."""
+    from ds4_converge.models import budget
+
+    planned = budget.read_plan(process_state(ctx).log_text())
+    if planned is None or ctx.memory_estimate is None:
+        return []
+    level, message = budget.against_plan(planned, ctx.memory_estimate)
+    if level == "warn":
+        ctx.say(f"WARNING: {message}")
+    return [message]
 
 
 def warm_up(ctx: Context) -> list[str]:

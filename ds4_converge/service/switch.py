@@ -22,7 +22,7 @@ from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.engine_http import request
 from ds4_converge.core.state import Deployment
 from ds4_converge.engine.release import prune
-from ds4_converge.service import drain, guard, secrets, start_log
+from ds4_converge.service import drain, guard, memory_back, secrets, start_log
 from ds4_converge.service.render import read_program_conf
 
 def write_program(ctx: Context, deployment: Deployment) -> None:
@@ -77,12 +77,23 @@ def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -
     crash_point(f"{step}intent")
     ctx.supervisor.stop(name, grace=grace)
     crash_point(f"{step}old-stopped")
+    if reason == "switch":
+        _await_memory(ctx)
     _install(ctx, deployment, step)
     ctx.say(f"starting {name} on release {deployment.release}")
     ctx.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
     ctx.supervisor.load(name)
     if reason == "switch":
         crash_point("new-started")
+
+
+def _await_memory(ctx: Context) -> None:
+    """The new engine starts only into memory that is back (service/memory_back.py); model.memory_budget: warn
+    says the numbers and goes on, as its plan did."""
+    budget = ctx.memory_estimate
+    if budget is None or ctx.spec.model.memory_budget != "enforce":
+        return
+    memory_back.wait_until_back(budget.peak + memory_back.FREE_RESERVE_BYTES, say=ctx.say)
 
 
 def _install(ctx: Context, deployment: Deployment, step: str = "") -> None:
