@@ -48,7 +48,7 @@ def desired_deployment(ctx: Context) -> Deployment:
                                    directory=str(ctx.release.path), log=str(ctx.layout.engine_log(server.name)),
                                    user=server.user, stop_wait_s=switch.stop_grace(ctx.spec),
                                    ignores_first_term=worker, environment=secrets.environment_line(hidden),
-                                   cache=ctx.renders)
+                                   watchdog=switch.watched(ctx), cache=ctx.renders)
     except render.UnsafeValue as exc:
         raise RoleFailed(f"cannot render the program config: {exc}") from None
     files = [str(p) for p in (getattr(ctx.models, slot) for slot in SLOTS) if p]

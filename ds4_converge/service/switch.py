@@ -22,8 +22,12 @@ from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.engine_http import request
 from ds4_converge.core.state import Deployment
 from ds4_converge.engine.release import prune
-from ds4_converge.service import drain, guard, memory_back, secrets, start_log
+from ds4_converge.engine_knowledge import load as load_knowledge
+from ds4_converge.service import drain, guard, memory_back, secrets, start_log, watchdog
 from ds4_converge.service.render import read_program_conf
+
+MODEL_ID = load_knowledge()["model_id"]
+
 
 def write_program(ctx: Context, deployment: Deployment) -> None:
     """The program file with its secrets, 0600; their values kept for last good and rollback's target too."""
@@ -133,12 +137,29 @@ def commit(ctx: Context, verdict: Verdict) -> str:
     and prune releases no rollback needs. Returns what it did, in words, for the probe's line."""
     ctx.state.bless(replace(verdict.deployment.stamped(), bench=verdict.bench))
     ctx.state.save(ctx.layout.state_file)
+    watch_last_good(ctx)
     guard.disarm(ctx.layout)  # proven and recorded: the switch is settled, the guard has nothing to bring back
     crash_point("blessed")
     # only now is the rollback target known for sure; releases outside it and keep_releases can go
     removed = prune(ctx.layout, ctx.spec.engine.keep_releases, ctx.state.releases_in_use())
     return (f"release {verdict.deployment.release} is now last good"
             + (f"; removed old release(s) {', '.join(removed)}" if removed else ""))
+
+
+def watched(ctx: Context) -> bool:
+    """The watchdog watches this spec's engine (a distributed worker has no HTTP API to ask)."""
+    d = ctx.spec.distributed
+    return ctx.spec.health.watchdog.enabled and not (d is not None and d.worker)
+
+
+def watch_last_good(ctx: Context) -> None:
+    """From a commit on, the watchdog watches the engine just proven (service/watchdog.py)."""
+    settings = watchdog.Settings.of(ctx.spec, verdict_endpoint(ctx), MODEL_ID) if watched(ctx) else None
+    watchdog.write_settings(ctx.layout, settings)
+
+
+def verdict_endpoint(ctx: Context) -> str:
+    return ctx.state.last_good.endpoint if ctx.state.last_good else ctx.endpoint
 
 
 @dataclass(frozen=True)
