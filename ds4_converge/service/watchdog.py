@@ -208,7 +208,7 @@ def _exit_words(info: dict) -> str:
     return f"is {state} ({info.get('spawnerr') or info.get('description') or 'supervisord gave up starting it'})"
 
 
-def restart(layout: Layout, settings: Settings, supervisor, cause: str) -> dict | None:
+def restart(layout: Layout, settings: Settings, supervisor, cause: str, last_pid: int | None = None) -> dict | None:
     """Restart under the run lock; None when a run owns the box now (the lock is held, a switch is in flight)."""
     from ds4_converge.service import guard
 
@@ -221,7 +221,8 @@ def restart(layout: Layout, settings: Settings, supervisor, cause: str) -> dict 
         if guard.read_intent(layout) is not None:
             return None
         before = supervisor.info(settings.name) or {}
-        incident = {"at": _now_iso(), "name": settings.name, "cause": cause, "pid": before.get("pid") or None}
+        # an exited engine has no PID in supervisord any more: the one last seen running
+        incident = {"at": _now_iso(), "name": settings.name, "cause": cause, "pid": before.get("pid") or last_pid}
         try:
             supervisor.stop(settings.name, grace=RESTART_GRACE_S)
             supervisor.load(settings.name)
@@ -236,7 +237,7 @@ def restart(layout: Layout, settings: Settings, supervisor, cause: str) -> dict 
 def watch(layout: Layout, *, clock=time.monotonic, sleep=time.sleep) -> None:
     from ds4_converge.service.supervisor import Supervisor
 
-    supervisor, tracker, watched = Supervisor(layout), Tracker(), None
+    supervisor, tracker, watched, last_pid = Supervisor(layout), Tracker(), None, None
     while True:
         settings = read_settings(layout)
         if settings != watched:  # a converge committed another engine (or stop removed it): start afresh
@@ -247,6 +248,7 @@ def watch(layout: Layout, *, clock=time.monotonic, sleep=time.sleep) -> None:
         now = clock()
         info = supervisor.info(settings.name) if supervisor.is_running(settle=1) else None
         state = info["statename"] if info else "UNKNOWN"
+        last_pid = info["pid"] if info and info["pid"] else last_pid
         answered, why = None, ""
         if state in ("RUNNING", "STARTING"):
             completion = tracker.completion_due(settings, now) and now >= tracker.loading_until
@@ -257,7 +259,7 @@ def watch(layout: Layout, *, clock=time.monotonic, sleep=time.sleep) -> None:
             why = _exit_words(info)
         cause = tracker.observe(settings, now, state, answered, why) if info is not None else None
         if cause:
-            incident = restart(layout, settings, supervisor, cause)
+            incident = restart(layout, settings, supervisor, cause, last_pid)
             if incident is None:
                 _log(f"{cause}; a converge run owns the box now: not restarting")
             else:

@@ -94,7 +94,7 @@ def test_an_ordered_stop_is_not_undone_and_a_converge_holding_the_lock_is_not_di
     from ds4_converge.core.layout import Layout
     from ds4_converge.core.lock import RunLock
 
-    with RunLock(Layout(box.root).lock_file):  # as a converge does for its whole run
+    with RunLock(Layout(box.root).lock_file).acquire():  # as a converge does for its whole run
         (pid,) = engine_pids(box.root)
         os.kill(pid, signal.SIGTERM)
         _wait(lambda: not engine_pids(box.root), 10, "the engine gone")
