@@ -26,7 +26,9 @@ def target(ctx: Context) -> ProbeTarget:
     current, part = ctx.state.current, _worker(ctx)
     listen = worker.listen_of(current.command) if current is not None else part.listen if part else None
     return ProbeTarget(endpoint=ctx.endpoint, deadline_s=health.deadline_s, soak_s=health.soak_s,
-                       interval_s=health.interval_s, smoke=None if listen else health.smoke, worker=listen)
+                       interval_s=health.interval_s, smoke=None if listen else health.smoke, worker=listen,
+                       tool_call=health.tool_call and not listen,
+                       speculative=ctx.spec.server.speculative.mode != "off" and not listen)
 
 
 class Watch:
@@ -90,7 +92,11 @@ def plan(ctx: Context) -> RolePlan:
     if part is not None:
         return _plan_worker(ctx, part)
     if needs_full_probe(ctx):
-        ladder = "/v1/models" + (", smoke answer" if health.smoke else "") + f", {health.soak_s:.0f}s soak"
+        ladder = "/v1/models" + (", smoke answer" if health.smoke else "")
+        ladder += ", the smoke at concurrency 2, sampled" if health.smoke and ctx.spec.server.speculative.mode != "off" \
+            else ""
+        ladder += ", a tool call" if health.tool_call else ""
+        ladder += f", {health.soak_s:.0f}s soak"
         ladder += ", performance gate" if gate.enabled(health) else ""
         ladder += f", {len(health.warmup)} warm-up prompt(s)" if health.warmup else ""
         return RolePlan(NAME, [Change(f"probe {ctx.endpoint}: {ladder}; record last good", action=_probe)],

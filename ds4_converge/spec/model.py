@@ -240,6 +240,9 @@ class Health(Strict):
     max_regression: Seconds | None = Field(
         None, gt=0, lt=1, description="performance gate: a new engine slower than last good's recorded decode tok/s "
                                       "by more than this fraction (0.1 = 10 %) is reverted")
+    tool_call: bool = Field(False, description="the probe also asks with a tools definition: the answer must be a "
+                                               "structured tool_calls entry naming the function with JSON arguments, "
+                                               "not DSML as text (else reverted)")
     watchdog: Watchdog = Watchdog()
     warmup: list[PathStr] = Field(
         default_factory=list, max_length=64, description="prompt files replayed once a new engine is healthy, so the first request "
