@@ -7,7 +7,7 @@ import shlex
 from ds4_converge.core.context import Context, Verdict
 from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.plan import Change, RoleFailed, RolePlan
-from ds4_converge.health import bench, gate, warmup, worker
+from ds4_converge.health import bench, gate, platform, warmup, worker
 from ds4_converge.health.probe import NotReady, ProbeTarget, Unhealthy, check_models, wait_healthy
 from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.service import start_log
@@ -173,12 +173,24 @@ def performance_gate(ctx: Context) -> tuple[dict | None, list[str]]:
     ctx.say("performance gate: a short bench of the new engine")
     try:
         record = bench.bench(ctx, gate.GATE_BENCH, kind="gate")
-        verdict = gate.judge(gate.decode_tps(record), health, ctx.state.last_good)
+        slow = platform.slow_reasons(record.get("platform"), _engine_pids(ctx))
+        verdict = gate.judge(gate.decode_tps(record), health, ctx.state.last_good, baseline=ctx.gate_baseline,
+                             platform_slow=slow)
     except (bench.BenchError, NotReady, Unhealthy) as exc:
         raise RoleFailed(f"release {ctx.desired.release} failed the performance gate's bench: {exc}") from None
     except gate.TooSlow as exc:
         raise RoleFailed(f"release {ctx.desired.release} is too slow: {exc}") from None
+    if verdict.platform_slow:
+        ctx.say(f"WARNING: {verdict.message}")
     return {"decode_tps": verdict.decode_tps, "at": record["at"]}, [verdict.message]
+
+
+def _engine_pids(ctx: Context) -> set[int]:
+    """The engine's process group: on the GPU it is no tenant."""
+    from ds4_converge.service import processes
+
+    pid = ctx.supervisor.running_pid(ctx.spec.server.name) if ctx.supervisor.is_running() else None
+    return set(processes.group_members(pid)) | {pid} if pid else set()
 
 
 def memory_plan(ctx: Context) -> list[str]:

@@ -91,6 +91,23 @@ def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -
         crash_point("new-started")
 
 
+def bench_baseline(ctx: Context) -> None:
+    """With a regression gate, the old engine is benched now, on this box, before it is stopped: the new one is
+    judged against that, not against a figure from another session (health/gate.py). Nothing is stopped yet,
+    so a bench that fails only leaves the gate its recorded figure."""
+    from ds4_converge.health import bench, gate
+
+    current = ctx.state.current
+    if ctx.spec.health.max_regression is None or current is None or not _answers(current.endpoint or ctx.endpoint):
+        return
+    ctx.say(f"performance gate: benching the serving engine ({current.release}) as the baseline")
+    try:
+        ctx.gate_baseline = gate.Baseline(current.release, gate.decode_tps(
+            bench.bench(ctx, gate.GATE_BENCH, kind="baseline")))
+    except bench.BenchError as exc:
+        ctx.say(f"the baseline bench failed ({exc}): the gate uses last good's recorded figure")
+
+
 def _await_memory(ctx: Context) -> None:
     """The new engine starts only into memory that is back (service/memory_back.py); model.memory_budget: warn
     says the numbers and goes on, as its plan did."""
@@ -111,6 +128,7 @@ def _install(ctx: Context, deployment: Deployment, step: str = "") -> None:
 
 def switch(ctx: Context, deployment: Deployment) -> None:
     """The service role's switch with supervisord up: from here a failure reverts to last good."""
+    bench_baseline(ctx)
     ctx.switched = True
     switch_to(ctx, deployment.stamped())
 
