@@ -1,7 +1,8 @@
 """What a fleet operator watches of one box: the same facts for `status --json` and for Prometheus.
 
 A box's facts are the release that serves, whether it is healthy, last good (and when it was recorded), the last
-revert (when, what failed, what was put back) and the decode tok/s of the last bench. They come from files under
+revert (when, what failed, what was put back), the decode tok/s of the last bench and the watchdog's incidents
+(how many, and when it last restarted the engine, with the cause). They come from files under
 the root only (state.json, logs/, bench/results.jsonl), so writing them costs a run nothing it would notice.
 
 After each run (converge, rollback, status, stop; a no-op confirmed from its receipt too) the facts are written

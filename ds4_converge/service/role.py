@@ -21,7 +21,7 @@ from ds4_converge.core.state import Deployment
 from ds4_converge.models.gguf import judge_files
 from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
 from ds4_converge.models.placement import SLOTS
-from ds4_converge.service import render, secrets, switch, systemd
+from ds4_converge.service import render, secrets, switch, systemd, watchdog
 from ds4_converge.service.supervisor import supervisord_argv
 
 NAME = "service"
@@ -135,12 +135,25 @@ def plan(ctx: Context) -> RolePlan:
             changes.append(Change(f"start {name} (not running)" if pid is None else f"restart {name}",
                                   restarts=True, action=partial(_switch, deployment=ctx.desired)))
     ctx.restart_needed = any(c.restarts for c in changes)
+    if ctx.release is not None and not ctx.restart_needed:
+        changes += watch_changes(ctx)  # a restart's commit tells the watchdog itself (service/switch.py)
     findings = list(notes)  # a port held by someone else is preflight's finding (from the facts); apply re-checks
     if ctx.release is not None:
         findings += [Finding("info", note) for note in not_rendered(ctx.release, ctx.spec.server)]
     reason = (f"{name} runs release {ctx.release.id} (pid {pid}), config unchanged" if not changes
               else f"{'restart' if ctx.restart_needed else 'update'} {name}")
     return RolePlan(NAME, changes, reason=reason, findings=findings)
+
+
+def watch_changes(ctx: Context) -> list[Change]:
+    """health.watchdog changed while the engine did not: what the watchdog watches is written anew."""
+    if ctx.state.last_good is None or not ctx.desired.same_config(ctx.state.last_good):
+        return []
+    path = watchdog.settings_path(ctx.layout)
+    before, after = _read(path), switch.watch_text(ctx)
+    if (before or None) == after:
+        return []
+    return [Change(str(path), before or None, after, action=lambda c: switch.watch_last_good(c) or "")]
 
 
 def port_findings(ctx: Context) -> list[Finding]:

@@ -172,8 +172,17 @@ def watched(ctx: Context) -> bool:
 
 def watch_last_good(ctx: Context) -> None:
     """From a commit on, the watchdog watches the engine just proven (service/watchdog.py)."""
-    settings = watchdog.Settings.of(ctx.spec, verdict_endpoint(ctx), MODEL_ID) if watched(ctx) else None
-    watchdog.write_settings(ctx.layout, settings)
+    watchdog.write_settings(ctx.layout, _watch_settings(ctx))
+
+
+def watch_text(ctx: Context) -> str | None:
+    """What watch_last_good would write (None: no file), for a plan to compare."""
+    settings = _watch_settings(ctx)
+    return watchdog.settings_text(settings) if settings else None
+
+
+def _watch_settings(ctx: Context):
+    return watchdog.Settings.of(ctx.spec, verdict_endpoint(ctx), MODEL_ID) if watched(ctx) else None
 
 
 def verdict_endpoint(ctx: Context) -> str:

@@ -69,12 +69,16 @@ class Settings:
                    deadline_s=spec.health.deadline_s)
 
 
+def settings_text(settings: Settings) -> str:
+    return json.dumps(asdict(settings)) + "\n"
+
+
 def write_settings(layout: Layout, settings: Settings | None) -> None:
     """What the watchdog watches from now on (None: nothing, it idles)."""
     if settings is None:
         settings_path(layout).unlink(missing_ok=True)
     else:
-        write_atomic(settings_path(layout), json.dumps(asdict(settings)) + "\n", mode=0o600)
+        write_atomic(settings_path(layout), settings_text(settings), mode=0o600)
 
 
 def read_settings(layout: Layout) -> Settings | None:

@@ -103,3 +103,20 @@ def test_an_ordered_stop_is_not_undone_and_a_converge_holding_the_lock_is_not_di
     _restarted_after(box, pid, 1, timeout=15)  # the lock released: now it is restarted
     box.stop()  # ordered: the watch is removed with the engine
     assert not (box.root / "run" / "watch.json").exists()
+
+
+def test_new_watchdog_settings_reach_it_without_a_restart(box):
+    box.spec["health"].update(watchdog=WATCHDOG)
+    box.write()
+    rc, document = box.converge()
+    assert rc == 0, document
+    watch = box.root / "run" / "watch.json"
+    assert json.loads(watch.read_text())["failures"] == 2
+    (pid,) = engine_pids(box.root)
+    with box.edited({"health.watchdog": {**WATCHDOG, "failures": 5}}):
+        rc, document = box.converge()
+        assert rc == 0 and document["changed"], document
+        assert json.loads(watch.read_text())["failures"] == 5
+        assert engine_pids(box.root) == {pid}  # the engine was not restarted for it
+        rc, again = box.converge()
+        assert rc == 0 and not again["changed"], again
