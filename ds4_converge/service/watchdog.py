@@ -23,7 +23,6 @@ from outside is still restarted.
 """
 from __future__ import annotations
 
-import http.client
 import json
 import math
 import sys
@@ -32,14 +31,14 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ds4_converge.core.engine_http import request
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.lock import LockHeld, RunLock
 
 WATCHDOG = "ds4c.watchdog"  # a name server.name cannot take (it allows no '.')
 RESTART_GRACE_S = 5  # an engine that does not answer has nothing to drain (service.switch.UNPROVEN_STOP_GRACE_S)
 KEEP_INCIDENTS = 200
-NOT_ORDERED = ("EXITED", "FATAL", "BACKOFF")
+# BACKOFF is not here: supervisord is retrying a start itself (startretries); FATAL is when it gave up
+NOT_ORDERED = ("EXITED", "FATAL")
 
 
 def settings_path(layout: Layout) -> Path:
@@ -138,6 +137,10 @@ class Tracker:
 
 def check(settings: Settings, completion: bool) -> tuple[bool, str]:
     """(answered, why not): /v1/models lists the model; with `completion`, a one-token completion answers."""
+    import http.client  # here: status and the fleet textfile read this module's records on the no-op path
+
+    from ds4_converge.core.engine_http import request
+
     timeout = max(1.0, min(settings.interval_s, 30.0))
     try:
         status, body = request(settings.endpoint, "GET", "/v1/models", timeout=timeout)
@@ -212,6 +215,21 @@ def _exit_words(info: dict) -> str:
     return f"is {state} ({info.get('spawnerr') or info.get('description') or 'supervisord gave up starting it'})"
 
 
+def last_spawned(layout: Layout, name: str) -> int | None:
+    """The PID supervisord's log last says it spawned `name` with ("spawned: 'ds4' with pid 1234")."""
+    import re
+
+    try:
+        with open(layout.supervisord_log, "rb") as handle:
+            handle.seek(0, 2)
+            handle.seek(max(0, handle.tell() - 65536))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = re.findall(rf"spawned: '{re.escape(name)}' with pid (\d+)", text)
+    return int(found[-1]) if found else None
+
+
 def restart(layout: Layout, settings: Settings, supervisor, cause: str, last_pid: int | None = None) -> dict | None:
     """Restart under the run lock; None when a run owns the box now (the lock is held, a switch is in flight)."""
     from ds4_converge.service import guard
@@ -225,8 +243,9 @@ def restart(layout: Layout, settings: Settings, supervisor, cause: str, last_pid
         if guard.read_intent(layout) is not None:
             return None
         before = supervisor.info(settings.name) or {}
-        # an exited engine has no PID in supervisord any more: the one last seen running
-        incident = {"at": _now_iso(), "name": settings.name, "cause": cause, "pid": before.get("pid") or last_pid}
+        # an exited engine has no PID in supervisord any more: the one last seen running, or last spawned
+        incident = {"at": _now_iso(), "name": settings.name, "cause": cause,
+                    "pid": before.get("pid") or last_pid or last_spawned(layout, settings.name)}
         try:
             supervisor.stop(settings.name, grace=RESTART_GRACE_S)
             supervisor.load(settings.name)
@@ -245,7 +264,8 @@ def watch(layout: Layout, *, clock=time.monotonic, sleep=time.sleep) -> None:
     while True:
         settings = read_settings(layout)
         if settings != watched:  # a converge committed another engine (or stop removed it): start afresh
-            tracker, watched = Tracker(), settings
+            # the engine was just proven: its first completion is due one completion_every_s from now
+            tracker, watched = Tracker(last_completion=clock()), settings
         if settings is None:
             sleep(1.0)
             continue

@@ -47,6 +47,7 @@ def _restarted_after(box, pid: int, count: int, timeout: float) -> dict:
     incident = incidents[count - 1]
     assert incident["action"] == "restarted" and incident["pid"] == pid, incident
     assert incident["new_pid"] in new, (incident, new)
+    time.sleep(1.5)  # past supervisord's startsecs: an exit before it is supervisord's own retry (BACKOFF)
     return incident
 
 
