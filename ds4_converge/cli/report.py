@@ -172,6 +172,10 @@ def status_lines(doc: dict) -> list[str]:
     if last_run:
         outcome = "ok" if last_run["ok"] else f"failed: {one_line(last_run['error'] or '')}"
         rows.append(("last run", f"{last_run['command']} at {last_run['finished_at']}: {outcome}"))
+    watch = doc.get("watchdog") or {}
+    if watch.get("last_restart"):
+        last = watch["last_restart"]
+        rows.append(("watchdog", f"{watch['incidents']} incident(s); last restart {last['at']}: {last['cause']}"))
     rows.append(("root", doc["root"]))
     width = max(len(k) for k, _ in rows)
     return [head] + [f"  {k:<{width}}  {escape(v)}" for k, v in rows]

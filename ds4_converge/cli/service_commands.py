@@ -55,6 +55,7 @@ def status(args, session) -> int:
         uptime_s=serving["uptime_s"], last_good=last_good.release if last_good else None,
         last_good_at=last_good.recorded_at if last_good else None, last_run=session.last_run(),
         last_revert=fleet_facts.last_revert(ctx.layout.logs), last_bench=fleet_facts.last_bench(ctx.layout.bench_results),
+        watchdog=fleet_facts.watchdog_summary(ctx.layout.root),
         name=ctx.spec.server.name, root=str(ctx.layout.root), spec=str(args.spec), distributed=distributed)
     if ctx.layout.root.is_dir():
         fleet_facts.after_run(ctx.layout.root, document, healthy=healthy)

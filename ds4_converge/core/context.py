@@ -69,6 +69,8 @@ class Context:
     release: Release | None = None
     models: ModelPaths | None = None
     memory_short: str | None = None  # the memory budget does not fit and model.memory_budget is warn: why
+    memory_estimate: Any = None  # models.budget.Budget: what the models role expects the engine to take
+    gate_baseline: Any = None  # health.gate.Baseline: the old engine benched in this run just before the switch
     desired: Deployment | None = None
     restart_needed: bool = False
     prepared: bool = False  # engine.prepare ran in this run

@@ -12,7 +12,7 @@ from ds4_converge.facts.base import Fact, FactRunner, FrozenModel, Observation, 
 from ds4_converge.facts.cuda import (DEFAULT_CUDA_GLOBS, DEFAULT_CUDA_LINK, CudaFacts, CudaLayoutProbe, NvccRelease, NvccVersion, assemble_cuda, nvcc_paths)
 from ds4_converge.facts.disk import DiskFree, DiskSpace, ExistingAncestors, assemble_disk
 from ds4_converge.facts.environ import BuildEnvironment
-from ds4_converge.facts.gpu import DriverInfo, Gpu, NvidiaDriver, NvidiaGpus
+from ds4_converge.facts.gpu import DriverInfo, Gpu, GpuClocks, GpuProcess, NvidiaClocks, NvidiaComputeApps, NvidiaDriver, NvidiaGpus
 from ds4_converge.facts.memory import Memory, MemoryInfo
 from ds4_converge.facts.port import Listener, port_holders
 from ds4_converge.facts.users import CurrentUser, Passwd, PasswdEntry
@@ -26,6 +26,10 @@ class HostFacts(FrozenModel):
     #: ``[]``: no GPU *or* no nvidia-smi; see ``probes`` / :meth:`status`.
     gpus: list[Gpu] = []
     driver: DriverInfo = DriverInfo()
+    #: the processes holding a CUDA context (the serving engine, or another tenant).
+    gpu_processes: list[GpuProcess] = []
+    #: per GPU: SM clock and its maximum, power, p-state and the active clock event (throttle) reasons.
+    gpu_clocks: list[GpuClocks] = []
     cuda: CudaFacts = CudaFacts()
     #: CUDA_HOME, NVCC, CUDA_ARCH, PATH, LD_LIBRARY_PATH... as the executor's commands see them.
     build_env: dict[str, str] = {}
@@ -43,6 +47,9 @@ class HostFacts(FrozenModel):
     #: Port holders that this root's supervisord runs (its engine, what descends from it), when the facts were
     #: captured for a spec (``ds4-converge facts SPEC``); None: ask supervisord here.
     supervised_pids: list[int] | None = None
+    #: What those give back when stopped (anonymous, shared and pinned memory; GPU memory on a GB10), captured
+    #: with them: the room a switch on that host has beyond MemAvailable.
+    supervised_returned_bytes: int | None = None
     #: One entry per command run, keyed by fact key (``gpu.NvidiaGpus``,
     #: ``cuda.NvccVersion(path='/usr/bin/nvcc')``).
     probes: dict[str, Probe] = {}
@@ -148,7 +155,8 @@ def gather_host_facts(
     chains = {"cuda": cuda, "disks": disks, "user": user, "listeners": lambda: port_holders(port, run=rec),
               "arch": lambda: rec.value(Architecture()), "gpus": lambda: rec.value(NvidiaGpus()),
               "driver": lambda: rec.value(NvidiaDriver()), "build_env": lambda: rec.value(BuildEnvironment()),
-              "memory": lambda: rec.value(Memory()), "addresses": lambda: rec.value(HostAddresses())}
+              "memory": lambda: rec.value(Memory()), "addresses": lambda: rec.value(HostAddresses()),
+              "gpu_processes": lambda: rec.value(NvidiaComputeApps()), "gpu_clocks": lambda: rec.value(NvidiaClocks())}
     got = _side_by_side(chains)
     user_name, passwd = got["user"]
     disk = got["disks"]
@@ -156,6 +164,8 @@ def gather_host_facts(
         arch=got["arch"],
         gpus=got["gpus"],
         driver=got["driver"],
+        gpu_processes=got["gpu_processes"],
+        gpu_clocks=got["gpu_clocks"],
         cuda=got["cuda"],
         build_env=got["build_env"],
         memory=got["memory"],

@@ -85,6 +85,8 @@ class ProbeTarget:
     smoke: Smoke | None
     worker: Address | None = None  # a distributed worker's data port: no HTTP API, health from log and port
     coordinator: Address | None = None  # a distributed coordinator's --listen: where its workers must connect
+    tool_call: bool = False  # health.tool_call: a tools request must come back as structured tool_calls
+    speculative: bool = False  # speculation on: the smoke again at concurrency >= 2 and temperature > 0
 
 
 def check_models(endpoint: str, timeout: float = 10) -> dict:
@@ -124,6 +126,73 @@ def smoke_test(endpoint: str, smoke: Smoke, timeout: float) -> str:
     if smoke.expect.lower() not in content.lower():
         raise Unhealthy(f"smoke answer {content.strip()[:120]!r} does not contain {smoke.expect!r}")
     return content
+
+
+TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "the city"}},
+                   "required": ["city"]}}}
+
+
+def tool_call_test(endpoint: str, timeout: float) -> dict:
+    """A request with a tools definition: the answer must be a structured tool_calls entry naming the function,
+    its arguments a JSON object. DSML (DeepSeek V4's tool-call markup) in the content means the runtime did not
+    parse it: an agent would see text, never a call."""
+    body = {"model": NON_THINKING_MODEL, "stream": False, "temperature": 0, "max_tokens": 256,
+            "thinking": {"type": "disabled"}, "tools": [TOOL],
+            "messages": [{"role": "user", "content": "What is the weather in Paris? Use the get_weather tool."}]}
+    try:
+        status, text = request(endpoint, "POST", "/v1/chat/completions", timeout, body)
+        if status != 200:
+            raise Unhealthy(f"tool-call smoke failed: HTTP {status}: {text[:200]!r}")
+        message = json.loads(text)["choices"][0]["message"]
+    except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise Unhealthy(f"tool-call smoke failed: {exc}") from None
+    calls = message.get("tool_calls") or []
+    if not calls:
+        content = (message.get("content") or "").strip()
+        what = "DSML as text (the runtime did not parse it)" if "DSML" in content or "invoke" in content \
+            else "text, no tool_calls"
+        raise Unhealthy(f"tool-call smoke: the answer is {what}: {content[:160]!r}")
+    function = calls[0].get("function") or {}
+    if function.get("name") != TOOL["function"]["name"]:
+        raise Unhealthy(f"tool-call smoke: the call names {function.get('name')!r}, not get_weather")
+    try:
+        arguments = json.loads(function.get("arguments") or "")
+    except (TypeError, ValueError):
+        arguments = None
+    if not isinstance(arguments, dict):
+        raise Unhealthy(f"tool-call smoke: the arguments are not a JSON object: {function.get('arguments')!r}")
+    return calls[0]
+
+
+#: speculation (MTP, DSpark) that corrupts output shows under concurrency and sampling, not in one greedy request
+SPECULATIVE_REQUESTS, SPECULATIVE_CONCURRENCY, SPECULATIVE_TEMPERATURE = 4, 2, 0.7
+
+
+def speculative_test(endpoint: str, smoke: Smoke, timeout: float) -> None:
+    """The smoke again, SPECULATIVE_REQUESTS times, two at a time, sampled: each answer must still be right."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(_):
+        body = {"model": NON_THINKING_MODEL, "messages": [{"role": "user", "content": smoke.prompt}],
+                "max_tokens": smoke.max_tokens, "stream": False, "temperature": SPECULATIVE_TEMPERATURE,
+                "thinking": {"type": "disabled"}}
+        try:
+            status, text = request(endpoint, "POST", "/v1/chat/completions", timeout, body)
+            content = json.loads(text)["choices"][0]["message"].get("content") or "" if status == 200 else None
+        except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError, TypeError) as exc:
+            return f"failed: {exc}"
+        if content is None:
+            return f"HTTP {status}: {text[:120]!r}"
+        return None if smoke.expect.lower() in content.lower() else f"answered {content.strip()[:120]!r}"
+
+    with ThreadPoolExecutor(SPECULATIVE_CONCURRENCY) as pool:
+        wrong = [w for w in pool.map(one, range(SPECULATIVE_REQUESTS)) if w]
+    if wrong:
+        raise Unhealthy(f"with speculation on, {len(wrong)} of {SPECULATIVE_REQUESTS} smoke requests at concurrency "
+                        f"{SPECULATIVE_CONCURRENCY} and temperature {SPECULATIVE_TEMPERATURE} went wrong "
+                        f"(expected {smoke.expect!r}): {wrong[0]}")
 
 
 def wait_healthy(target: ProbeTarget, watch: EngineWatch, *, soak: bool = True) -> int:
@@ -178,6 +247,10 @@ def wait_healthy(target: ProbeTarget, watch: EngineWatch, *, soak: bool = True) 
     elif target.smoke:
         remaining = max(30.0, target.deadline_s - (time.monotonic() - started))
         smoke_test(target.endpoint, target.smoke, timeout=remaining)
+        if target.speculative:
+            speculative_test(target.endpoint, target.smoke, timeout=remaining)
+    if target.tool_call:
+        tool_call_test(target.endpoint, timeout=max(30.0, target.deadline_s - (time.monotonic() - started)))
     if soak:
         soak_until = time.monotonic() + target.soak_s
         while time.monotonic() < soak_until:

@@ -106,3 +106,10 @@ def notes(captured: Captured, request: dict, wanted_user: str | None) -> tuple[l
         warnings.append("--facts: captured without a spec, so a holder of the port cannot be told from this root's "
                         "own engine")
     return said, warnings
+
+
+def returned_by(facts: HostFacts, pids) -> int:
+    """What this root's serving engine (pids) gives back when stopped, captured with the facts for a spec."""
+    from ds4_converge.models.role import engine_bytes
+
+    return engine_bytes(facts, set(pids))

@@ -11,6 +11,8 @@ change; a ``warning`` is printed and the run goes on; ``info`` says what was dec
                               none -> error naming ``cuda-compat-X-Y`` (unless ``toolchain.install_compat``)
 3. :func:`target_findings`   make target vs the GPU (cuda-spark only on GB10 = compute capability 12.1)
 4. :func:`power_findings`    ``server.power`` below 100 costs measured speed (warning)
+4b. :func:`speculation_findings` MTP drafts deeper than the exact verifier (warning);
+   :func:`context_findings` a ctx above the model's trained context is YaRN extension (info)
 5. :func:`exposure_findings` a non-loopback host serves an API without authentication (warning);
                              :func:`bind_findings` an address no interface of this host has (error)
 6. :func:`path_findings`     ``~``/``$HOME``/``${VAR}`` expand on this host for the service user; unknown -> error
@@ -231,6 +233,24 @@ def speculation_findings(spec: Spec, knowledge: Mapping | None = None) -> list[F
                         f"{mtp['strict_env']}: \"1\" in server.env for the exact verifier (no speed win)")]
 
 
+def context_findings(spec: Spec, knowledge: Mapping | None = None) -> list[Finding]:
+    """A ctx above the trained context is served by YaRN extension: said, not refused."""
+    return [Finding("info", note) for note in [context_note(spec.server.ctx, knowledge)] if note]
+
+
+def context_note(ctx: int, knowledge: Mapping | None = None) -> str | None:
+    knowledge = knowledge or load_knowledge()
+    context = knowledge["context"]
+    trained = knowledge["gguf"]["main_model"]["keys"][context["trained_key"]]["value"]
+    if ctx <= trained:
+        return None
+    measured = context["measured_tokens"]
+    return (f"server.ctx {ctx} is above the model's trained context of {trained} tokens "
+            f"(rope.scaling.original_context_length): what lies beyond it is YaRN extension; "
+            f"{measured // 1024}K has been measured serving on a DGX Spark (the KV in managed memory, decode "
+            f"about as fast), but answers that lean on far context are not what training saw")
+
+
 # ------------------------------------------------------------------------------------- rule 5: exposure
 
 
@@ -427,7 +447,8 @@ def all_findings(spec: Spec, facts: HostFacts, *, expand: Expander | None = None
     toolkit, selection = select_toolkit(spec, facts, cuda_home=cuda_home)
     findings = [*selection, *nvcc_findings(spec, facts, toolkit), *compat_findings(spec, facts, toolkit),
                 *target_findings(spec, facts), *power_findings(spec, knowledge),
-                *speculation_findings(spec, knowledge), *exposure_findings(spec), *bind_findings(spec, facts),
+                *speculation_findings(spec, knowledge), *context_findings(spec, knowledge), *exposure_findings(spec),
+                *bind_findings(spec, facts),
                 *path_findings(spec, expand or facts_expander(facts)), *port_findings(spec, facts, our_pids),
                 *disk_findings(facts, disk if disk is not None else disk_needs(facts))]
     return findings

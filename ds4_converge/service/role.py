@@ -21,7 +21,7 @@ from ds4_converge.core.state import Deployment
 from ds4_converge.models.gguf import judge_files
 from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
 from ds4_converge.models.placement import SLOTS
-from ds4_converge.service import render, secrets, switch, systemd
+from ds4_converge.service import render, secrets, switch, systemd, watchdog
 from ds4_converge.service.supervisor import supervisord_argv
 
 NAME = "service"
@@ -48,7 +48,7 @@ def desired_deployment(ctx: Context) -> Deployment:
                                    directory=str(ctx.release.path), log=str(ctx.layout.engine_log(server.name)),
                                    user=server.user, stop_wait_s=switch.stop_grace(ctx.spec),
                                    ignores_first_term=worker, environment=secrets.environment_line(hidden),
-                                   cache=ctx.renders)
+                                   watchdog=switch.watched(ctx), cache=ctx.renders)
     except render.UnsafeValue as exc:
         raise RoleFailed(f"cannot render the program config: {exc}") from None
     files = [str(p) for p in (getattr(ctx.models, slot) for slot in SLOTS) if p]
@@ -137,6 +137,8 @@ def plan(ctx: Context) -> RolePlan:
             changes.append(Change(f"start {name} (not running)" if pid is None else f"restart {name}",
                                   restarts=True, action=partial(_switch, deployment=ctx.desired)))
     ctx.restart_needed = any(c.restarts for c in changes)
+    if ctx.release is not None and not ctx.restart_needed:
+        changes += watch_changes(ctx)  # a restart's commit tells the watchdog itself (service/switch.py)
     findings = list(notes)  # a port held by someone else is preflight's finding (from the facts); apply re-checks
     if ctx.release is not None:
         findings += [Finding("info", note) for note in not_rendered(ctx.release, ctx.spec.server)]
@@ -144,6 +146,17 @@ def plan(ctx: Context) -> RolePlan:
               else f"start {name} (first start)" if first and ctx.restart_needed
               else f"{'restart' if ctx.restart_needed else 'update'} {name}")
     return RolePlan(NAME, changes, reason=reason, findings=findings)
+
+
+def watch_changes(ctx: Context) -> list[Change]:
+    """health.watchdog changed while the engine did not: what the watchdog watches is written anew."""
+    if ctx.state.last_good is None or not ctx.desired.same_config(ctx.state.last_good):
+        return []
+    path = watchdog.settings_path(ctx.layout)
+    before, after = _read(path), switch.watch_text(ctx)
+    if (before or None) == after:
+        return []
+    return [Change(str(path), before or None, after, action=lambda c: switch.watch_last_good(c) or "")]
 
 
 def port_findings(ctx: Context) -> list[Finding]:

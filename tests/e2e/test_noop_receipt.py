@@ -92,7 +92,7 @@ def test_a_changed_spec_is_planned_and_applied(served_box):
 def test_an_engine_that_died_and_came_back_takes_the_full_path(served_box):
     noop_twice(served_box)
     pid = served_box.status()["pid"]
-    os.kill(pid, signal.SIGKILL)  # supervisord starts it again: another process
+    os.kill(pid, signal.SIGKILL)  # the watchdog starts it again (health.watchdog.interval_s): another process
     deadline = time.monotonic() + 20
     while served_box.status()["pid"] in (pid, None) and time.monotonic() < deadline:
         time.sleep(0.2)

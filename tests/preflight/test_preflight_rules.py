@@ -200,6 +200,15 @@ def test_power_below_100_warns_with_the_measured_cost():
     assert rules.power_findings(spec()) == []
 
 
+def test_a_ctx_above_the_trained_context_gets_a_note_naming_yarn_and_the_measured_512k():
+    finding = only(rules.context_findings(spec(server={"ctx": 524288})), "info")
+    assert finding.message.startswith("server.ctx 524288 is above the model's trained context of 65536 tokens "
+                                      "(rope.scaling.original_context_length): what lies beyond it is YaRN extension")
+    assert "512K has been measured" in finding.message
+    assert rules.context_findings(spec(server={"ctx": 65536})) == []
+    assert any("YaRN" in f.message for f in rules.all_findings(spec(server={"ctx": 131072}), host()))
+
+
 def _mtp(draft: int, **server) -> dict:
     return {"speculative": {"mode": "mtp", "draft": draft}, **server}
 

@@ -52,6 +52,16 @@ def test_cross_field_error_points_at_the_field(tmp_path):
     assert line.startswith(f"{path}:8:17: server.speculative.mode: speculative mode mtp needs model.mtp")
 
 
+def test_distributed_with_speculation_is_refused_citing_the_engine(tmp_path):
+    distributed = ("distributed:\n  role: coordinator\n  layers: '0:21'\n  listen: {host: 0.0.0.0, port: 9100}\n")
+    spec = BASE.replace("model:\n", "model:\n  mtp: /models/mtp.gguf\n", 1)
+    path = write(tmp_path, spec + "server:\n  speculative: {mode: mtp}\n" + distributed)
+    [line] = problems(path)
+    assert f"{path}:9:17: server.speculative.mode: speculative mode mtp does nothing in a distributed" in line
+    assert "antirez/ds4#877" in line
+    assert load_spec(write(tmp_path, spec + distributed)).spec.distributed.role == "coordinator"
+
+
 def test_ref_and_installer_are_exclusive(tmp_path):
     path = write(tmp_path, BASE.replace("  ref: v0.2.0\n", "  ref: v0.2.0\n  installer: ./install.sh\n"))
     [line] = problems(path)
