@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -51,13 +52,40 @@ def _env(home: Path) -> dict[str, str]:
     return env
 
 
+# what the tools a developer runs leave in a checkout (git ignores each): none of it may reach the tarball
+TOOL_STATE = (".ansible/collections/ansible_collections/x/y/galaxy.yml", ".ansible/roles/r/tasks/main.yml",
+              ".venv/bin/python", ".pytest_cache/v/cache/lastfailed", ".hypothesis/examples/x", ".molecule/x",
+              "build/wheels/x.whl", "plugins/modules/__pycache__/x.pyc", "ds4_converge.egg-info/PKG-INFO")
+
+
+def _checkout_after_tools(dest: Path) -> Path:
+    """This checkout's tracked files, plus what ansible-lint, molecule, pytest and pip leave beside them."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for name in tracked.decode().split("\0"):
+        if name and (REPO / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, dest / name)
+    for name in TOOL_STATE:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        (dest / name).write_text("tool state\n")
+    return dest
+
+
+def test_git_ignores_what_the_tools_leave():
+    """The same tool state that build_ignore keeps out of the tarball is kept out of git."""
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *TOOL_STATE], cwd=REPO, capture_output=True,
+                             text=True).stdout.split()
+    assert sorted(ignored) == sorted(TOOL_STATE)
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
-    """The collection built from this checkout and installed: ansible_collections/ds4/converge."""
+    """The collection built from a checkout (with the tools' state in it) and installed: ansible_collections/ds4/converge."""
     scratch = tmp_path_factory.mktemp("collection")
     env = _env(scratch / "home")
+    source = _checkout_after_tools(tmp_path_factory.mktemp("checkout"))
     # run outside the checkout: its ansible.cfg points at build/collections, where `make collection` links it
-    build = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(scratch), str(REPO)],
+    build = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(scratch), str(source)],
                            cwd=scratch, env=env, capture_output=True, text=True, timeout=120)
     assert build.returncode == 0, build.stdout + build.stderr
     tarball, = scratch.glob("ds4-converge-*.tar.gz")
