@@ -35,7 +35,7 @@ SANITY_TIMEOUT_S = 900
 # modules that pep8 and validate-modules already check), and the ones with nothing here to look at (pslint:
 # PowerShell, shellcheck: shell scripts, changelog: no changelogs/)
 SKIPPED = ("pylint", "pslint", "shellcheck", "changelog")
-ALLOWED_TOP = {"MANIFEST.json", "FILES.json", "LICENSE", "COLLECTION.md", "meta", "plugins", "roles", "playbooks",
+ALLOWED_TOP = {"MANIFEST.json", "FILES.json", "LICENSE", "COLLECTION.md", "CHANGELOG.md", "meta", "plugins", "roles", "playbooks",
                "tests"}
 
 pytestmark = [
@@ -205,6 +205,20 @@ def test_a_collection_without_a_wheel_names_ds4_converge_source(installed, tmp_p
     assert run.returncode == 2, run.stdout[-3000:]
     assert "No wheel of ds4-converge to install" in run.stdout and "Set ds4_converge_source to" in run.stdout
     assert not (tmp_path / "root").exists()
+
+
+def test_ansible_lint_production_profile_passes(tmp_path):
+    """ansible-lint --profile production (.ansible-lint) on the repository, which is the collection: its
+    playbooks, role, galaxy.yml, and the molecule scenarios' playbooks and task files."""
+    if not (BIN / "ansible-lint").exists():
+        pytest.fail("ansible-lint is not installed: pip install -e '.[test,fleet]'")
+    env = _env(tmp_path / "home")
+    proc = subprocess.run([str(BIN / "ansible-lint"), "--nocolor", "-f", "pep8"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-8000:]
+    assert "Profile 'production' was required, and it passed." in output, output[-3000:]
+    assert "0 failure(s), 0 warning(s)" in output, output[-3000:]
 
 
 def test_ansible_test_sanity_is_clean(installed):
