@@ -12,8 +12,8 @@ def stop(ctx: Context) -> bool:
     False when nothing ran under this root. The engine gets the grace a switch gives it (a distributed worker
     its short distributed.stop_grace_s, since it ignores the first SIGTERM)."""
     supervisor, name = ctx.supervisor, ctx.spec.server.name
-    if not supervisor.is_running():
-        return False
+    if not supervisor.is_running():  # what a killed supervisord left (its engine, its guard) is stopped all the same
+        return bool(supervisor.stop_leftovers(grace=stop_grace(ctx.spec)))
     supervisor.stop(name, grace=stop_grace(ctx.spec))
     unit = unit_path(name)
     if has_systemd() and unit.exists():
