@@ -42,6 +42,10 @@ def test_the_next_run_replaces_what_a_killed_supervisord_left_and_serves(box):
     rc, first = box.converge()
     assert rc == 0, first
     engines, guards = kill_supervisord(box)
+    rc, status = box.json("status", str(box.spec_path))
+    assert rc == 1 and status["healthy"] is False, status
+    assert "is gone, but what it started still runs unsupervised" in status["error"], status
+    assert all(str(pid) in status["error"] for pid in engines | guards), status
     rc, document = box.converge()
     assert rc == 0 and document["ok"], document
     assert "not manage" not in str(document)
