@@ -176,12 +176,13 @@ def test_the_installed_collection_installs_the_tool_on_a_fresh_host(shipped, sim
     env = _env(tmp_path / "home") | {"ANSIBLE_COLLECTIONS_PATH": str(shipped.parents[2]),
                                      "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp")}
     tool = host / "venv" / "bin" / "ds4-converge"
+    host_env = env | {"XDG_CACHE_HOME": str(tmp_path / "home" / ".cache")}  # the tool's receipts stay in the test
     try:
         run = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), "ds4.converge.canary"],
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
         status = subprocess.run([str(tool), "status", str(host / "spec.yaml"), "--json"], capture_output=True,
-                                text=True, timeout=60)
+                                env=host_env, text=True, timeout=60)
         assert json.loads(status.stdout)["healthy"] is True, status.stdout
         # the tool on the host is the collection's wheel, not this checkout
         where = subprocess.run([str(host / "venv" / "bin" / "python"), "-c", "import ds4_converge; print(ds4_converge.__file__)"],
@@ -189,7 +190,8 @@ def test_the_installed_collection_installs_the_tool_on_a_fresh_host(shipped, sim
         assert where.stdout.startswith(str(host / "venv")), where.stdout + where.stderr
     finally:
         if tool.exists():
-            subprocess.run([str(tool), "stop", str(host / "spec.yaml")], capture_output=True, timeout=120)
+            subprocess.run([str(tool), "stop", str(host / "spec.yaml")], env=host_env, capture_output=True,
+                           timeout=120)
 
 
 def test_a_collection_without_a_wheel_names_ds4_converge_source(installed, tmp_path):

@@ -102,7 +102,7 @@ def test_the_upgrade_reached_every_box_and_the_bad_release_only_the_canary(box):
     assert re.search(r"^spark2\s+:.*\bfailed=0\b", bad["stdout"], re.MULTILINE), bad["stdout"][-3000:]
     assert "spark1 failed its turn in the rollout: ds4-converge exited 1" in bad["stdout"] + bad["stderr"]
     invalid = nested("invalid")
-    assert invalid["rc"] == 2 and "server.port" in invalid["stdout"], invalid["stdout"][-3000:]
+    assert invalid["rc"] == 2 and "server.port" in invalid["stdout"] + invalid["stderr"], invalid["stdout"][-3000:]
     status = box["status"]
     assert status["healthy"] is True and status["release"] == status["last_good"]
     assert status["release"].startswith(tuple("0123456789abcdef"))
