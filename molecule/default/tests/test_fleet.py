@@ -156,5 +156,6 @@ def test_status_table_says_unreachable_for_a_box_it_cannot_reach(box, status):
         assert " unreachable " in row, row
     else:
         assert status["release"] in row and " yes " in row, row
-    rows = {row["host"]: row for row in json.loads((FLEET_DIR / "status-unreachable-table.json").read_text())["hosts"]}
+    table = json.loads((FLEET_DIR / "status-unreachable-table.json").read_text())
+    rows = {row["host"]: row for row in table["hosts"]}
     assert rows["spark3"]["state"] == "unreachable" and rows["spark3"]["healthy"] is None
