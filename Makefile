@@ -79,13 +79,25 @@ lint-imports: $(BIN)/ds4-converge
 
 # The repository is the Ansible collection ds4.converge: `make collection` links this checkout into
 # build/collections (ansible.cfg looks there), as an editable install; `make collection-build` builds the artifact
-# (build/ds4-converge-VERSION.tar.gz, what build_ignore in galaxy.yml leaves). `make sanity` runs ansible-test
+# (build/ds4-converge-VERSION.tar.gz, what build_ignore in galaxy.yml leaves, with the tool's wheel in it). `make sanity` runs ansible-test
 # sanity on the built collection, offline (tests/fleet/test_collection.py, which make test runs too).
 collection:
 	mkdir -p build/collections/ansible_collections/ds4
 	ln -sfn ../../../.. build/collections/ansible_collections/ds4/converge
 
+# The artifact carries the tool's wheel (roles/ds4_converge/files/, git-ignored), so that a fleet run from the
+# installed collection, without a checkout, installs ds4-converge on its hosts. Built out of tree and reproducibly
+# (the same tree gives the same bytes), as the role's `wheel` entry point builds it from a checkout.
+COLLECTION_WHEELS := roles/ds4_converge/files
 collection-build: $(VENV)/.installed-dev
+	rm -rf build/collection-wheel $(COLLECTION_WHEELS)/ds4_converge-*.whl
+	mkdir -p build/collection-wheel $(COLLECTION_WHEELS)
+	printf '[build]\nbuild_base = %s/build\n[egg_info]\negg_base = %s\n[bdist_wheel]\nbdist_dir = %s/bdist\n' \
+		$(CURDIR)/build/collection-wheel $(CURDIR)/build/collection-wheel $(CURDIR)/build/collection-wheel \
+		> build/collection-wheel/setup.cfg
+	DIST_EXTRA_CONFIG=$(CURDIR)/build/collection-wheel/setup.cfg SOURCE_DATE_EPOCH=315532800 \
+		$(BIN)/python -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+		--no-cache-dir --wheel-dir $(COLLECTION_WHEELS) .
 	$(BIN)/ansible-galaxy collection build --force --output-path build .
 
 sanity: $(ANSIBLE_TEST_WHEELS)/.downloaded

@@ -10,7 +10,8 @@ as a Prometheus textfile, `ROOT/metrics/ds4_converge.prom`, in the node exporter
 convention: the text exposition format, written to a temporary file in the same directory and renamed over the
 old one, so the collector never reads half a file (its name does not end in `.prom` until the rename). Point
 node_exporter's `--collector.textfile.directory` at `ROOT/metrics` (or link the file into its directory). Every
-metric carries the label `root` (one host may serve several roots).
+metric carries the label `root` (one host may serve several roots). The last run's time and success are kept
+per command (`ROOT/logs/last-runs.json`), so a read-only `status` never hides that the last converge failed.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 LAST_REVERT = "last-revert.json"  # under ROOT/logs: the last run that put last good back
+LAST_RUNS = "last-runs.json"  # under ROOT/logs: {command: {"at": Unix time, "ok": bool}}, the last run of each
 TEXTFILE = "ds4_converge.prom"  # under ROOT/metrics
 
 
@@ -89,13 +91,24 @@ def after_run(root: Path, document: dict, *, healthy: bool) -> None:
     """The textfile for a run's report (best effort: metrics never fail a run)."""
     with contextlib.suppress(Exception):
         facts = box_facts(root, release=document.get("release"), healthy=healthy)
-        write_textfile(root / "metrics" / TEXTFILE, facts, command=document.get("command") or "converge",
-                       ok=bool(document.get("ok")))
+        command, ok, now = document.get("command") or "converge", bool(document.get("ok")), time.time()
+        runs = _read_json(root / "logs" / LAST_RUNS)
+        runs = {name: run for name, run in runs.items() if _is_run(run)} if isinstance(runs, dict) else {}
+        runs[command] = {"at": round(now, 3), "ok": ok}
+        _write(root / "logs" / LAST_RUNS, json.dumps(runs, indent=2, sort_keys=True) + "\n")
+        write_textfile(root / "metrics" / TEXTFILE, facts, command=command, ok=ok, now=now, earlier=runs)
 
 
-def metrics_text(facts: dict, *, command: str, ok: bool, now: float | None = None) -> str:
-    """The facts in Prometheus's text exposition format (version 0.0.4), as ds4_converge_* gauges."""
+def _is_run(run) -> bool:
+    return isinstance(run, dict) and isinstance(run.get("at"), (int, float)) and isinstance(run.get("ok"), bool)
+
+
+def metrics_text(facts: dict, *, command: str, ok: bool, now: float | None = None,
+                 earlier: dict | None = None) -> str:
+    """The facts in Prometheus's text exposition format (version 0.0.4), as ds4_converge_* gauges; the last
+    run of each other command (`earlier`: {command: {"at", "ok"}}) keeps its own series beside this one's."""
     now = time.time() if now is None else now
+    runs = {**(earlier or {}), command: {"at": round(now, 3), "ok": ok}}
     root = {"root": facts["root"]}
     families = [
         ("ds4_converge_info", "What serves under this root and its last good release (always 1).",
@@ -125,10 +138,10 @@ def metrics_text(facts: dict, *, command: str, ok: bool, now: float | None = Non
                      [({**root, "release": bench.get("release") or ""}, bench["decode_tps"])]
                      if bench and bench.get("decode_tps") is not None else []))
     families += [
-        ("ds4_converge_last_run_timestamp_seconds", "When the last ds4-converge command ended (Unix time).",
-         [({**root, "command": command}, round(now, 3))]),
-        ("ds4_converge_last_run_success", "1 when the last ds4-converge command did what it was asked.",
-         [({**root, "command": command}, 1 if ok else 0)]),
+        ("ds4_converge_last_run_timestamp_seconds", "When the last run of each ds4-converge command ended (Unix time).",
+         [({**root, "command": name}, run["at"]) for name, run in sorted(runs.items())]),
+        ("ds4_converge_last_run_success", "1 when the last run of each ds4-converge command did what it was asked.",
+         [({**root, "command": name}, 1 if run["ok"] else 0) for name, run in sorted(runs.items())]),
     ]
     lines = []
     for name, help_text, samples in families:
@@ -142,8 +155,9 @@ def metrics_text(facts: dict, *, command: str, ok: bool, now: float | None = Non
     return "\n".join(lines) + "\n"
 
 
-def write_textfile(path: Path, facts: dict, *, command: str, ok: bool) -> None:
-    _write(path, metrics_text(facts, command=command, ok=ok))
+def write_textfile(path: Path, facts: dict, *, command: str, ok: bool, now: float | None = None,
+                   earlier: dict | None = None) -> None:
+    _write(path, metrics_text(facts, command=command, ok=ok, now=now, earlier=earlier))
 
 
 def _write(path: Path, text: str) -> None:

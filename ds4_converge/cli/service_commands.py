@@ -29,6 +29,10 @@ def status(args, session) -> int:
         never, code, error = False, FAILED, f"cannot tell what runs: {session.unknown_words()}"
     elif never:
         code, error = NEVER_CONVERGED, f"never converged under {ctx.layout.root}"
+    elif serving["release"] is None and (left := ctx.supervisor.leftovers()):
+        code, error = FAILED, (f"supervisord of {ctx.layout.root} is gone, but what it started still runs "
+                               f"unsupervised (pid {', '.join(map(str, left))}): the next run replaces it, "
+                               f"`ds4-converge stop` stops it")
     elif serving["release"] is None:
         code, error = FAILED, ("nothing runs" if serving["state"] in ("not running", "STOPPED")
                                else f"the engine is {serving['state']}")

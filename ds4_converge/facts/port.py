@@ -5,6 +5,7 @@
 * :class:`ProcNetListeners`: fallback when ``ss`` is missing; reads ``/proc/net/tcp{,6}``
   and ``ls -l /proc/*/fd`` in one ``sh`` probe, parsed purely.
 * :class:`ProcessInfo`: ``/proc/PID/comm`` and ``cmdline`` of a listener.
+* :func:`blocks`: whether a listener's address keeps a server from binding its host on the same port.
 """
 
 from __future__ import annotations
@@ -29,6 +30,30 @@ class Listener(FrozenModel):
     command: str | None = None
     #: Full argv from ``/proc/PID/cmdline`` when readable.
     cmdline: list[str] | None = None
+
+
+def blocks(listener_address: str, bind_host: str) -> bool:
+    """Whether a socket listening on ``listener_address`` (as ss or /proc print it) keeps ``bind_host`` (an IPv4
+    literal or ``localhost``, what ds4-server binds) from binding the same port.
+
+    A wildcard collides with every address of its family: ``0.0.0.0`` with every IPv4 one, and ``*`` or ``::``
+    (IPv6, dual-stack unless it is V6ONLY, which neither ss nor /proc says for ``::``) with every one; binding
+    ``0.0.0.0`` collides with every IPv4 listener. Otherwise only the same address collides: 127.0.0.2:P does
+    not keep 127.0.0.3:P from binding, and an IPv6-only address (``::1``) never blocks an IPv4 one.
+    """
+    host = "127.0.0.1" if bind_host == "localhost" else bind_host
+    address = listener_address.strip("[]").split("%", 1)[0]
+    if address in ("*", "::", "0.0.0.0"):
+        return True
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return True  # not an address we can read: say it collides rather than miss a holder
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is None:
+            return False
+        ip = ip.ipv4_mapped
+    return host == "0.0.0.0" or str(ip) == host
 
 
 class ProcessDetails(FrozenModel):

@@ -14,8 +14,8 @@ def stop(ctx: Context) -> bool:
     its short distributed.stop_grace_s, since it ignores the first SIGTERM)."""
     supervisor, name = ctx.supervisor, ctx.spec.server.name
     watchdog.write_settings(ctx.layout, None)  # an ordered stop: nothing for the watchdog to bring back
-    if not supervisor.is_running():
-        return False
+    if not supervisor.is_running():  # what a killed supervisord left (its engine, its guard) is stopped all the same
+        return bool(supervisor.stop_leftovers(grace=stop_grace(ctx.spec)))
     supervisor.stop(name, grace=stop_grace(ctx.spec))
     unit = unit_path(name)
     if has_systemd() and unit.exists():

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from ds4_converge.facts import HostFacts, Version
+from ds4_converge.facts.port import blocks
 from ds4_converge.spec.hostpaths import UnknownVariable, expand as expand_path
 from ds4_converge.models.placement import entries as model_entries, is_local
 from ds4_converge.core.plan import Finding
@@ -348,12 +349,15 @@ def facts_expander(facts: HostFacts, env: Mapping[str, str] | None = None, base_
 
 
 def port_findings(spec: Spec, facts: HostFacts, our_pids: Iterable[int] = ()) -> list[Finding]:
-    """Listeners on server.port other than our supervised engine (``our_pids``: it and its descendants)."""
+    """Listeners on server.port that keep server.host from binding it (the same address, or a wildcard: another
+    loopback address is no collision), other than our supervised engine (``our_pids``: it and its descendants)."""
     ours = set(our_pids)
     port = spec.server.port
     out = []
     for listener in facts.listeners:
         if listener.pid is not None and listener.pid in ours:
+            continue
+        if not blocks(listener.address, spec.server.host):
             continue
         if listener.pid is None:
             out.append(Finding("error", f"port {port} is held by a process this user cannot see "

@@ -5,6 +5,7 @@ when it descends from a program our supervisord runs, and the tests find engines
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -70,6 +71,37 @@ def descending_from(candidates: Iterable[int], roots: Iterable[int]) -> set[int]
     """Those candidates that are one of the roots or run below one (the env wrapper execs, but forks happen)."""
     roots = set(roots)
     return {pid for pid in candidates if roots.intersection(lineage(pid))} if roots else set()
+
+
+def running_under(directory: Path, *, argv: int = 3) -> list[int]:
+    """Live processes of this user whose executable, or one of their first `argv` arguments (the script an
+    interpreter runs, what an env wrapper execs), lies under `directory`: the engines of a root's releases."""
+    prefix = os.fsencode(os.path.realpath(directory)) + b"/"
+    found = []
+    for process in every():
+        if process.state == "Z" or not _own(process.pid):
+            continue
+        try:
+            exe = os.fsencode(os.path.realpath(PROC / str(process.pid) / "exe"))
+        except OSError:  # a process /proc does not show us
+            exe = b""
+        args = [arg for arg in cmdline(process.pid)[:argv] if arg.startswith(b"/")]
+        if exe.startswith(prefix) or any(os.fsencode(os.path.realpath(arg)).startswith(prefix) for arg in args):
+            found.append(process.pid)
+    return found
+
+
+def running_argv(tail: list[bytes]) -> list[int]:
+    """Live processes of this user whose command line ends with `tail`."""
+    return [p.pid for p in every() if p.state != "Z" and cmdline(p.pid)[-len(tail) - 1:-1] == tail
+            and _own(p.pid)]
+
+
+def _own(pid: int) -> bool:
+    try:
+        return os.stat(PROC / str(pid)).st_uid == os.getuid()
+    except OSError:
+        return False
 
 
 def cmdline(pid: int) -> list[bytes]:

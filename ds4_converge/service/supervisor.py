@@ -38,6 +38,8 @@ class SupervisorGone(SupervisorError):
 # make in milliseconds; stopping is polled by us (stop()), never waited for inside one call.
 CONNECT_TIMEOUT_S = 5
 CALL_TIMEOUT_S = 10
+# what a killed supervisord left gets this long after SIGTERM (supervisord's own stopwaitsecs is gone with it)
+LEFTOVER_GRACE_S = 30
 
 
 def this_python() -> str:
@@ -171,8 +173,31 @@ class Supervisor:
                 raise SupervisorError(f"supervisord on {self.layout.socket} is {statename}")
             time.sleep(0.1)  # reloading or shutting down: ask again until it runs or its socket is gone
 
+    def leftovers(self) -> list[int]:
+        """What a dead supervisord of this root left running (SIGKILL, the OOM killer): its engines (processes of
+        this root's releases) and its switch guard, orphaned. Ours, not foreign: nothing else runs our releases.
+        Empty while supervisord runs (then it owns what runs)."""
+        if self.is_running():
+            return []
+        guards = processes.running_argv([os.fsencode(arg) for arg in guard_argv(self.layout.root)[-2:]])
+        return sorted(set(processes.running_under(self.layout.releases)) | set(guards))
+
+    def stop_leftovers(self, grace: float = LEFTOVER_GRACE_S) -> list[int]:
+        """Stop what a dead supervisord left (see leftovers), as stop() would: SIGTERM to each process group,
+        SIGKILL after `grace`. Returns the pids stopped."""
+        found = self.leftovers()
+        groups = {group for group in (processes.read(pid) for pid in found) if group is not None}
+        for process in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pgid, signal.SIGTERM)
+        for process in groups:
+            wait_group_gone(process.pgid, grace)
+        return found
+
     def start_daemon(self, timeout: float = 30) -> None:
-        """Start supervisord (it daemonizes) and wait until its socket answers."""
+        """Start supervisord (it daemonizes) and wait until its socket answers; what a killed supervisord of this
+        root left running is stopped first, so the fresh one starts its programs on a free port."""
+        self.stop_leftovers()
         self.layout.socket.unlink(missing_ok=True)  # a stale socket from a killed supervisord
         proc = subprocess.run(supervisord_argv(self.layout.supervisord_conf), cwd=self.layout.root,
                               env=daemon_environment(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -222,9 +247,10 @@ class Supervisor:
             raise SupervisorError(f"cannot list supervisord's programs: {exc}") from None
 
     def owns(self, pids) -> set[int]:
-        """Those of `pids` that are a program our supervisord runs under this root, or run below one: never a
-        foreign process, whatever its name."""
-        supervised = {info["pid"] for info in self.all_processes() if info["pid"]}
+        """Those of `pids` that are a program our supervisord runs under this root, or run below one (or, with
+        supervisord dead, what it left: leftovers()): never a foreign process, whatever its name."""
+        pids = list(pids)
+        supervised = {info["pid"] for info in self.all_processes() if info["pid"]} or set(self.leftovers())
         return processes.descending_from(pids, supervised)
 
     def running_pid(self, name: str) -> int | None:

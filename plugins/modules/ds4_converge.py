@@ -97,8 +97,10 @@ attributes:
 notes:
   - Exit codes of the tool map onto the task - 0 ok or changed; 1 failed, reverted or not (RV(reverted));
     2 invalid spec (the messages name file, line and field); 3 another run holds the lock of this root.
-  - The spec file is written before the tool runs, also when the run then fails. The host keeps serving its
-    last good release, and the next run tries the new spec again.
+  - A new spec is written beside O(path) first and checked with C(ds4-converge validate) (with O(overrides));
+    an invalid one fails the task with the tool's messages and leaves the spec file as it was. A valid one
+    replaces the spec file before the tool runs, also when the run then fails - the host keeps serving its last
+    good release, and the next run tries the new spec again.
 """
 
 EXAMPLES = r"""
@@ -239,12 +241,12 @@ def read_text(path):
         return None
 
 
-def write_file(module, path, text, directory):
-    """Atomically (a temporary file in the same directory, renamed): the tool never reads half a spec."""
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
+def write_scratch(directory, path, text, kind):
+    """A scratch copy of the new spec beside the real file (relative paths in it resolve the same)."""
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s.%s." % (os.path.basename(path), kind), suffix=".yaml")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
-    module.atomic_move(tmp, path)
+    return tmp
 
 
 def find_executable(module):
@@ -326,26 +328,31 @@ def main():
         module.fail_json(msg="no spec: give `spec`, or put a spec file at %s" % spec_path)
     spec_changed = after is not None and after != before
 
-    scratch_dir = scratch = None
+    scratch_dir = scratch = made_dir = None
     run_path = spec_path
     predicted = False
     try:
         if module.check_mode and spec_changed:
             # plan against the NEW spec without touching the real file: a scratch copy beside it (so relative
             # paths resolve the same), or in the module's temporary directory when its directory is missing
-            if os.path.isdir(directory):
-                fd, scratch = tempfile.mkstemp(dir=directory, prefix=".%s.check." % os.path.basename(spec_path),
-                                               suffix=".yaml")
-            else:
+            if not os.path.isdir(directory):
                 scratch_dir = tempfile.mkdtemp(prefix="ds4-converge-check.", dir=module.tmpdir)
-                fd, scratch = tempfile.mkstemp(dir=scratch_dir, suffix=".yaml")
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(after)
+            scratch = write_scratch(scratch_dir or directory, spec_path, after, "check")
             run_path = scratch
         elif spec_changed:
+            # validated before it replaces the host's spec (atomically: the tool never reads half a spec), so an
+            # invalid spec leaves the file, and every command that reads it, as they were
             if not os.path.isdir(directory):
                 os.makedirs(directory, mode=0o755)
-            write_file(module, spec_path, after, directory)
+                made_dir = directory
+            scratch = write_scratch(directory, spec_path, after, "new")
+            cmd, rc, out, err, report = run_tool(module, executable, ["validate"], scratch)
+            if rc != 0:
+                invalid = dict(changed=False, spec_changed=False, state=state, rc=rc, release=None, endpoint=None,
+                               reverted=False, stderr=err, cmd=[spec_path if part == scratch else part for part in cmd])
+                module.fail_json(msg=failure_message(rc, report, err, out, spec_path, scratch), **invalid)
+            module.atomic_move(scratch, spec_path)
+            scratch = None
         file_args = module.load_file_common_arguments(dict(path=spec_path, mode=params["mode"]))
         attrs_changed = False
         if os.path.exists(spec_path):
@@ -362,6 +369,8 @@ def main():
             os.unlink(scratch)
         if scratch_dir:
             os.rmdir(scratch_dir)
+        if made_dir and not os.path.exists(spec_path):
+            os.rmdir(made_dir)
 
     report = report or None
     if state == "converged":

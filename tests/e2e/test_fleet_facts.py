@@ -24,6 +24,10 @@ def metrics(box) -> dict:
     return found
 
 
+def by_command(found: dict, name: str) -> dict:
+    return {labels["command"]: value for labels, value in found[name]}
+
+
 def one(found: dict, name: str):
     (labels, value), = found[name]
     return labels, value
@@ -50,6 +54,9 @@ def test_each_run_writes_the_facts_status_shows(box):
     assert status["last_revert"]["failed"] == failed["switch"]["to"] != converged["release"]
     assert status["last_bench"] is None
     found = metrics(box)
+    # a read-only status keeps the failed converge in sight: one series per command
+    assert by_command(found, "ds4_converge_last_run_success") == {"converge": 0, "status": 1}
+    assert set(by_command(found, "ds4_converge_last_run_timestamp_seconds")) == {"converge", "status"}
     assert one(found, "ds4_converge_info")[0]["release"] == status["release"] == status["last_good"]
     assert one(found, "ds4_converge_healthy")[1] == 1
     revert_labels, revert_at = one(found, "ds4_converge_last_revert_timestamp_seconds")
@@ -68,5 +75,6 @@ def test_each_run_writes_the_facts_status_shows(box):
     box.stop()
     found = metrics(box)
     assert one(found, "ds4_converge_up")[1] == 0 and one(found, "ds4_converge_healthy")[1] == 0
-    assert one(found, "ds4_converge_last_run_success")[0]["command"] == "stop"
+    assert by_command(found, "ds4_converge_last_run_success")["stop"] == 1
+    assert by_command(found, "ds4_converge_last_run_success")["converge"] == 0
     assert json.loads(json.dumps(found))  # plain data throughout

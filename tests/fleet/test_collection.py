@@ -14,8 +14,10 @@ kept in build/ansible-test/home (ansible-test's ~/.ansible/test), so only the fi
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -33,7 +35,7 @@ SANITY_TIMEOUT_S = 900
 # modules that pep8 and validate-modules already check), and the ones with nothing here to look at (pslint:
 # PowerShell, shellcheck: shell scripts, changelog: no changelogs/)
 SKIPPED = ("pylint", "pslint", "shellcheck", "changelog")
-ALLOWED_TOP = {"MANIFEST.json", "FILES.json", "LICENSE", "COLLECTION.md", "meta", "plugins", "roles", "playbooks",
+ALLOWED_TOP = {"MANIFEST.json", "FILES.json", "LICENSE", "COLLECTION.md", "CHANGELOG.md", "meta", "plugins", "roles", "playbooks",
                "tests"}
 
 pytestmark = [
@@ -51,13 +53,40 @@ def _env(home: Path) -> dict[str, str]:
     return env
 
 
+# what the tools a developer runs leave in a checkout (git ignores each): none of it may reach the tarball
+TOOL_STATE = (".ansible/collections/ansible_collections/x/y/galaxy.yml", ".ansible/roles/r/tasks/main.yml",
+              ".venv/bin/python", ".pytest_cache/v/cache/lastfailed", ".hypothesis/examples/x", ".molecule/x",
+              "build/wheels/x.whl", "plugins/modules/__pycache__/x.pyc", "ds4_converge.egg-info/PKG-INFO")
+
+
+def _checkout_after_tools(dest: Path) -> Path:
+    """This checkout's tracked files, plus what ansible-lint, molecule, pytest and pip leave beside them."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for name in tracked.decode().split("\0"):
+        if name and (REPO / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, dest / name)
+    for name in TOOL_STATE:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        (dest / name).write_text("tool state\n")
+    return dest
+
+
+def test_git_ignores_what_the_tools_leave():
+    """The same tool state that build_ignore keeps out of the tarball is kept out of git."""
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *TOOL_STATE], cwd=REPO, capture_output=True,
+                             text=True).stdout.split()
+    assert sorted(ignored) == sorted(TOOL_STATE)
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
-    """The collection built from this checkout and installed: ansible_collections/ds4/converge."""
+    """The collection built from a checkout (with the tools' state in it) and installed: ansible_collections/ds4/converge."""
     scratch = tmp_path_factory.mktemp("collection")
     env = _env(scratch / "home")
+    source = _checkout_after_tools(tmp_path_factory.mktemp("checkout"))
     # run outside the checkout: its ansible.cfg points at build/collections, where `make collection` links it
-    build = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(scratch), str(REPO)],
+    build = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(scratch), str(source)],
                            cwd=scratch, env=env, capture_output=True, text=True, timeout=120)
     assert build.returncode == 0, build.stdout + build.stderr
     tarball, = scratch.glob("ds4-converge-*.tar.gz")
@@ -91,6 +120,107 @@ def test_installed_collection_documents_its_modules_role_and_playbooks(installed
         assert listed.returncode == 0, listed.stdout + listed.stderr
     runtime = yaml.safe_load((installed / "meta" / "runtime.yml").read_text())
     assert runtime["requires_ansible"].startswith(">=")
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory) -> Path:
+    """The collection as `make collection-build` builds it (the tool's wheel inside), installed; no checkout."""
+    scratch = tmp_path_factory.mktemp("shipped")
+    source = _checkout_after_tools(tmp_path_factory.mktemp("checkout"))
+    env = _env(scratch / "home")
+    make = subprocess.run(["make", "collection-build", f"VENV={BIN.parent}"], cwd=source, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert make.returncode == 0, make.stdout + make.stderr
+    tarball, = (source / "build").glob("ds4-converge-*.tar.gz")
+    with tarfile.open(tarball) as archive:
+        wheels = [n for n in archive.getnames() if n.endswith(".whl")]
+    assert len(wheels) == 1 and re.fullmatch(r"roles/ds4_converge/files/ds4_converge-[^/]+-py3-none-any\.whl",
+                                             wheels[0]), wheels
+    install = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", "-p", str(scratch / "c"),
+                              str(tarball)], cwd=scratch, env=env, capture_output=True, text=True, timeout=120)
+    assert install.returncode == 0, install.stdout + install.stderr
+    return scratch / "c" / "ansible_collections" / "ds4" / "converge"
+
+
+# the fresh host's virtualenv sees the controller's libraries and pip (as molecule/shared/create.yml makes them),
+# so the wheel installs offline (--no-index)
+MAKE_VENV = """import sys, sysconfig, venv
+from pathlib import Path
+env = Path(sys.argv[1])
+venv.EnvBuilder(with_pip=False).create(env)
+purelib = env / "lib" / f"python{sysconfig.get_python_version()}" / "site-packages"
+(purelib / "_controller.pth").write_text(sysconfig.get_path("purelib") + "\\n")
+for name in ("pip", "pip3"):
+    (env / "bin" / name).write_text(f"#!{env}/bin/python\\nimport sys\\nfrom pip._internal.cli.main import main\\nsys.exit(main())\\n")
+    (env / "bin" / name).chmod(0o755)
+"""
+
+
+def test_the_installed_collection_installs_the_tool_on_a_fresh_host(shipped, sim_repo, tmp_path):
+    """ds4.converge.canary from the installed tarball, no checkout, no ds4_converge_source: the host gets the tool
+    from the wheel the collection ships and converges."""
+    from boxes import MODEL, free_port
+
+    host = tmp_path / "fresh"
+    subprocess.run([sys.executable, "-c", MAKE_VENV, str(host / "venv")], check=True, timeout=60)
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"sparks": {"hosts": {"fresh": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "ds4_converge_install_venv": str(host / "venv"), "ds4_converge_install_python": sys.executable,
+        "ds4_converge_install_pip_args": ["--no-index"], "ds4_converge_spec_path": str(host / "spec.yaml"),
+        "ds4_converge_spec": {
+            "engine": {"repo": str(sim_repo), "ref": "v0.2.0", "target": "cpu", "jobs": 2},
+            "model": {"main": str(MODEL)}, "server": {"port": free_port(), "ctx": 32768},
+            "health": {"deadline_s": 20, "soak_s": 1, "interval_s": 0.2}, "paths": {"root": str(host / "root")}},
+    }}}}))
+    env = _env(tmp_path / "home") | {"ANSIBLE_COLLECTIONS_PATH": str(shipped.parents[2]),
+                                     "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp")}
+    tool = host / "venv" / "bin" / "ds4-converge"
+    host_env = env | {"XDG_CACHE_HOME": str(tmp_path / "home" / ".cache")}  # the tool's receipts stay in the test
+    try:
+        run = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), "ds4.converge.canary"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+        status = subprocess.run([str(tool), "status", str(host / "spec.yaml"), "--json"], capture_output=True,
+                                env=host_env, text=True, timeout=60)
+        assert json.loads(status.stdout)["healthy"] is True, status.stdout
+        # the tool on the host is the collection's wheel, not this checkout
+        where = subprocess.run([str(host / "venv" / "bin" / "python"), "-c", "import ds4_converge; print(ds4_converge.__file__)"],
+                               cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert where.stdout.startswith(str(host / "venv")), where.stdout + where.stderr
+    finally:
+        if tool.exists():
+            subprocess.run([str(tool), "stop", str(host / "spec.yaml")], env=host_env, capture_output=True,
+                           timeout=120)
+
+
+def test_a_collection_without_a_wheel_names_ds4_converge_source(installed, tmp_path):
+    """Built without the wheel (plain ansible-galaxy build) and run without a checkout: it fails at once, saying
+    what to set, before any host is touched."""
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"sparks": {"hosts": {"fresh": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "ds4_converge_spec": {"paths": {"root": str(tmp_path / "root")}}}}}}))
+    env = _env(tmp_path / "home") | {"ANSIBLE_COLLECTIONS_PATH": str(installed.parents[2])}
+    run = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), "ds4.converge.wheel"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stdout[-3000:]
+    assert "No wheel of ds4-converge to install" in run.stdout and "Set ds4_converge_source to" in run.stdout
+    assert not (tmp_path / "root").exists()
+
+
+def test_ansible_lint_production_profile_passes(tmp_path):
+    """ansible-lint --profile production (.ansible-lint) on the repository, which is the collection: its
+    playbooks, role, galaxy.yml, and the molecule scenarios' playbooks and task files."""
+    if not (BIN / "ansible-lint").exists():
+        pytest.fail("ansible-lint is not installed: pip install -e '.[test,fleet]'")
+    env = _env(tmp_path / "home")
+    proc = subprocess.run([str(BIN / "ansible-lint"), "--nocolor", "-f", "pep8"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-8000:]
+    assert "Profile 'production' was required, and it passed." in output, output[-3000:]
+    assert "0 failure(s), 0 warning(s)" in output, output[-3000:]
 
 
 def test_ansible_test_sanity_is_clean(installed):

@@ -176,6 +176,25 @@ def test_invalid_spec_fails_with_the_tools_words_naming_the_real_file(ansible_en
     assert "reverted" not in result["msg"] and result["reverted"] is False
 
 
+def test_an_invalid_spec_leaves_the_hosts_spec_file_as_it_was(ansible_env, spec, tmp_path):
+    """Validated before it replaces anything: the file (and every command that reads it) stays as it was."""
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text("# the spec before\n" + yaml.safe_dump(spec))
+    before = (spec_path.read_text(), spec_path.stat().st_mtime_ns)
+    broken = dict(spec, server=dict(spec["server"], port=70000))
+    result, _ = _module(ansible_env, {"spec": broken, "path": str(spec_path), "executable": str(BIN / "ds4-converge")})
+    assert result["failed"] is True and result["rc"] == 2 and result["changed"] is False, result
+    assert result["msg"].startswith(f"ds4-converge exited 2 (invalid spec or usage): {spec_path}:"), result["msg"]
+    assert "server.port" in result["msg"]
+    assert (spec_path.read_text(), spec_path.stat().st_mtime_ns) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ansible", "spec.yaml"])  # no scratch file left
+    # and where there was no spec yet, no file and no directory
+    fresh = tmp_path / "etc" / "spec.yaml"
+    result, _ = _module(ansible_env, {"spec": broken, "path": str(fresh), "executable": str(BIN / "ds4-converge")})
+    assert result["failed"] is True and result["rc"] == 2, result
+    assert not fresh.parent.exists()
+
+
 def test_ansible_validates_the_arguments(ansible_env, tmp_path):
     common = {"path": str(tmp_path / "spec.yaml"), "executable": str(BIN / "ds4-converge")}
     result, _ = _module(ansible_env, dict(common, spec="engine: {}"))

@@ -277,6 +277,32 @@ def test_port_held_by_a_foreign_process_is_an_error_naming_pid_and_command(box, 
     assert squatter.poll() is None, "preflight must not touch the foreign process"
 
 
+@pytest.fixture
+def squatter_on(box, tmp_path):
+    """A foreign process listening on the box's port at another loopback address (127.0.0.2)."""
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(box.port), "--bind", "127.0.0.2"],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.2", box.port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield proc
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_a_holder_on_another_address_does_not_block_server_host(box, fake, squatter_on):
+    """127.0.0.2:P held by someone else: a server bound to 127.0.0.3:P binds fine, and is not refused."""
+    roles = check_passes(box, fake, "--set", "server.host=127.0.0.3")
+    assert roles["preflight"]["status"] == "ok", roles["preflight"]
+    # 0.0.0.0 collides with every address on that port: refused, naming the holder
+    preflight = fails_in_preflight(box, fake, "--set", "server.host=0.0.0.0")
+    assert f"port {box.port} is held by pid {squatter_on.pid}" in preflight["msg"]
+
+
 # ----------------------------------------------------------------------------- rule 8: disk and memory
 
 

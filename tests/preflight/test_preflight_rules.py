@@ -315,6 +315,21 @@ def test_our_engine_on_the_port_is_fine():
     assert rules.port_findings(spec(), facts, our_pids={4241, 4242}) == []
 
 
+@pytest.mark.parametrize("held, host, collides", [
+    ("127.0.0.2", "127.0.0.3", False), ("127.0.0.3", "127.0.0.3", True), ("0.0.0.0", "127.0.0.3", True),
+    ("127.0.0.2", "0.0.0.0", True), ("*", "127.0.0.3", True), ("::", "127.0.0.3", True),
+    ("::1", "127.0.0.1", False), ("::1", "0.0.0.0", False), ("::ffff:127.0.0.3", "127.0.0.3", True),
+    ("127.0.0.1", "localhost", True), ("127.0.0.2", "localhost", False), ("fe80::1%eth0", "0.0.0.0", False),
+])
+def test_a_port_holder_blocks_only_the_addresses_it_collides_with(held, host, collides):
+    findings = rules.port_findings(spec(server={"host": host}), host_with_listener(held))
+    assert bool(findings) is collides, (held, host, findings)
+
+
+def host_with_listener(address: str):
+    return host(listeners=[listener(4242, "python3").model_copy(update={"address": address})])
+
+
 def test_invisible_port_holder_is_an_error():
     finding = only(rules.port_findings(spec(), host(listeners=[listener(None)])), "error")
     assert finding.message == ("port 8000 is held by a process this user cannot see (listening on 127.0.0.1), "

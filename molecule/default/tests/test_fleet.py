@@ -126,7 +126,10 @@ def test_limit_runs_the_one_box_and_builds_the_wheel(box):
 
 
 def test_status_table_names_every_box(box, status):
-    output = nested("status-run")["stdout"]
+    run = nested("status-run")
+    assert run["rc"] == 0, run["stdout"][-3000:]
+    assert all(counts["changed"] == 0 for counts in recap(run["stdout"]).values()), run["stdout"][-3000:]
+    output = run["stdout"]
     header = next(line for line in output.splitlines() if "BOX" in line and "RELEASE" in line)
     for column in ("HEALTHY", "LAST GOOD", "LAST REVERT", "DECODE TOK/S"):
         assert column in header
@@ -143,3 +146,16 @@ def test_fleet_status_playbook_wrote_this_host(box, status):
     assert row["healthy"] is True and row["state"] == "RUNNING"
     assert (row["release"], row["pid"], row["last_good"]) == (status["release"], status["pid"], status["last_good"])
     assert isinstance(row["uptime_s"], int) and row["uptime_s"] >= 0
+
+
+def test_status_table_says_unreachable_for_a_box_it_cannot_reach(box, status):
+    run = nested("status-unreachable")
+    assert run["rc"] == 4, run["stdout"][-3000:]  # Ansible's exit status for unreachable hosts, after the table
+    row = next(line for line in run["stdout"].splitlines() if line.strip(' "').startswith(box["name"] + " "))
+    if box["name"] == "spark3":
+        assert " unreachable " in row, row
+    else:
+        assert status["release"] in row and " yes " in row, row
+    table = json.loads((FLEET_DIR / "status-unreachable-table.json").read_text())
+    rows = {row["host"]: row for row in table["hosts"]}
+    assert rows["spark3"]["state"] == "unreachable" and rows["spark3"]["healthy"] is None

@@ -1,5 +1,5 @@
-"""The fleet behind HAProxy after side_effect.yml's two rollouts under traffic: no request failed, and no box
-answered while it was out of the backend.
+"""The fleet behind HAProxy after side_effect.yml's rollouts under traffic: no request failed, every box that
+restarted was out of the backend first, none answered while it was out, and each run ended with every box back.
 
 A box is taken out (drained, then maintenance) before it switches and put back only after its new release (or,
 after a revert, its last good one) answered the load balancer's probe; so an answer from a box while it was in
@@ -9,6 +9,7 @@ Run by molecule's testinfra verifier (once per host: each host checks its own se
 """
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,17 @@ def box(host):
     return {"name": name, "status": status}
 
 
-@pytest.mark.parametrize("rollout", ["upgrade", "bad"])
+ROLLOUTS = ["upgrade", "putback", "overrides", "rolled_back", "lost", "recovered", "bad", "invalid"]
+# who was out of the backend in each: every box that restarted (and spark3, left in maintenance before putback;
+# spark2, taken out and then lost)
+OUT = {"upgrade": {"spark1", "spark2", "spark3"}, "putback": {"spark3"}, "overrides": {"spark1", "spark2", "spark3"},
+       "rolled_back": {"spark1", "spark2", "spark3"}, "lost": {"spark1", "spark2"}, "recovered": {"spark2", "spark3"},
+       "bad": {"spark1"}, "invalid": set()}
+# a box that cannot be reached is not known to be healthy: it stays out until a run finds it so
+STAYS_OUT = {"lost": {"spark2"}}
+
+
+@pytest.mark.parametrize("rollout", ROLLOUTS)
 def test_no_request_failed(rollout):
     answers = traffic(rollout)["answers"]
     assert len(answers) >= 50, f"too little traffic to tell: {len(answers)} requests"
@@ -61,14 +72,14 @@ def test_no_request_failed(rollout):
     assert failed == [], f"{len(failed)} of {len(answers)} requests failed: {failed[:5]}"
 
 
-@pytest.mark.parametrize("rollout", ["upgrade", "bad"])
+@pytest.mark.parametrize("rollout", ROLLOUTS)
 def test_no_answer_from_a_box_while_it_was_out(box, rollout):
     record = traffic(rollout)
     windows = out_windows(record["polls"], box["name"])
-    if rollout == "upgrade" or box["name"] == "spark1":
+    if box["name"] in OUT[rollout]:
         assert windows, f"{box['name']} was never taken out of the backend during {rollout}"
     else:
-        assert windows == [], f"{box['name']} was taken out, but the rollout stopped at the canary"
+        assert windows == [], f"{box['name']} was taken out during {rollout}, though it did not restart"
     # a request that began before the box was seen out may still end during the drain: that is what drain is for
     during = [a for a in record["answers"] if a["server"] == box["name"]
               and any(start < a["start"] and a["end"] < end for start, end in windows)]
@@ -77,11 +88,33 @@ def test_no_answer_from_a_box_while_it_was_out(box, rollout):
     assert served, f"{box['name']} served nothing during {rollout}"
 
 
+@pytest.mark.parametrize("rollout", ROLLOUTS)
+def test_every_run_ends_with_every_healthy_box_in_the_backend(box, rollout):
+    last = [poll for poll in traffic(rollout)["polls"] if "servers" in poll][-1]
+    if box["name"] in STAYS_OUT.get(rollout, ()):
+        assert last["servers"][box["name"]].startswith("MAINT"), (rollout, last)
+    else:
+        assert last["servers"][box["name"]].startswith("UP"), (rollout, last)
+
+
 def test_the_upgrade_reached_every_box_and_the_bad_release_only_the_canary(box):
     upgrade, bad = nested("upgrade"), nested("bad")
     assert upgrade["rc"] == 0, upgrade["stdout"][-3000:]
+    for name in ("putback", "overrides", "rolled_back"):
+        assert nested(name)["rc"] == 0, nested(name)["stdout"][-3000:]
     assert bad["rc"] == 2, bad["stdout"][-3000:]
     assert "The rollout stops before batch 2 of 3: spark1 failed" in bad["stdout"] + bad["stderr"]
+    # the recap blames the canary, and the closing plays ran
+    assert re.search(r"^spark1\s+:.*\bfailed=1\b", bad["stdout"], re.MULTILINE), bad["stdout"][-3000:]
+    assert re.search(r"^spark2\s+:.*\bfailed=0\b", bad["stdout"], re.MULTILINE), bad["stdout"][-3000:]
+    assert "spark1 failed its turn in the rollout: ds4-converge exited 1" in bad["stdout"] + bad["stderr"]
+    lost, recovered = nested("lost"), nested("recovered")
+    assert lost["rc"] == 2 and "spark2 was lost while it converged" in lost["stdout"] + lost["stderr"], \
+        lost["stdout"][-3000:]
+    assert re.search(r"^spark2\s+:.*\bfailed=1\b", lost["stdout"], re.MULTILINE), lost["stdout"][-3000:]
+    assert recovered["rc"] == 0, recovered["stdout"][-3000:]
+    invalid = nested("invalid")
+    assert invalid["rc"] == 2 and "server.port" in invalid["stdout"] + invalid["stderr"], invalid["stdout"][-3000:]
     status = box["status"]
     assert status["healthy"] is True and status["release"] == status["last_good"]
     assert status["release"].startswith(tuple("0123456789abcdef"))
