@@ -22,7 +22,7 @@ from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.engine_http import request
 from ds4_converge.core.state import Deployment
 from ds4_converge.engine.release import prune
-from ds4_converge.service import drain, guard, secrets, start_log
+from ds4_converge.service import drain, front, guard, secrets, start_log
 from ds4_converge.service.render import read_program_conf
 
 def write_program(ctx: Context, deployment: Deployment) -> None:
@@ -119,7 +119,9 @@ def cold_start(ctx: Context, deployment: Deployment, *, start_supervisord: Calla
 
 def commit(ctx: Context, verdict: Verdict) -> str:
     """The probe's verdict says the switched engine is healthy: record it as last good, stand the guard down,
-    and prune releases no rollback needs. Returns what it did, in words, for the probe's line."""
+    and prune releases no rollback needs. Returns what it did, in words, for the probe's line.
+    With a front door, clients are sent to the new engine first: a flip that fails leaves last good as it was."""
+    expose(ctx, verdict.deployment)
     ctx.state.bless(replace(verdict.deployment.stamped(), bench=verdict.bench))
     ctx.state.save(ctx.layout.state_file)
     guard.disarm(ctx.layout)  # proven and recorded: the switch is settled, the guard has nothing to bring back
@@ -177,6 +179,13 @@ def recover_stale(ctx: Context) -> str | None:
 def settle(ctx: Context) -> None:
     """The switch is settled (proven, reverted, or reported as failed with what serves): the guard stands down."""
     guard.disarm(ctx.layout)
+
+
+def expose(ctx: Context, deployment: Deployment) -> None:
+    """A proven deployment is what clients reach: the front door points at its slot (no front: it already is)."""
+    port = front.port_of(deployment)
+    if front.enabled(ctx) and port in front.slots(ctx):
+        front.point_at(ctx, port)
 
 
 def serving(ctx: Context) -> str:
