@@ -110,6 +110,7 @@ def config(ctx: Context, *, active: int) -> str:
         bind=Quoted(_word(f"{front.host}:{front.port}")),
         tls=Quoted(_word(tls_path(layout))) if front.tls else "",
         keys=Quoted(_word(ctx.host_path(front.keys))), unauthorized=Quoted(_word(unauthorized_path(layout))),
+        hold=Quoted(_word(f"{HOLD_ADDRESS}:{a}")),
         metrics=Quoted(_word(front.metrics)) if front.metrics else "", slot_a=a, slot_b=b, active=active),
         cache=ctx.renders)
 
@@ -153,30 +154,77 @@ def admin(layout: Layout, command: str) -> str:
 
 
 def servers(layout: Layout, name: str) -> dict[str, dict]:
-    """{"a": {"port", "up"}, "b": …} as HAProxy runs them now ("up": in service, the slot clients reach)."""
+    """{"a": {"port", "up"}, "b": …, "hold": …} as HAProxy runs them now ("up": in service)."""
     found = {}
     for line in admin(layout, f"show servers state {name}-engine").splitlines():
         fields = line.split()
-        if len(fields) > 18 and not line.startswith("#") and fields[3] in ("a", "b"):
+        if len(fields) > 18 and not line.startswith("#") and fields[3] in SERVERS:
             # srv_op_state 2: running; a server in maintenance is stopped (0)
             found[fields[3]] = {"port": int(fields[18]), "up": fields[5] == "2"}
     return found
 
 
+SERVERS = ("a", "b", HOLD := "hold")
+# The hold server: the first slot's port on another loopback address, where nothing can listen (the engine binds
+# 127.0.0.1 only, and anyone else on that port, 0.0.0.0 included, is refused by preflight): every connection is
+# refused, and HAProxy retries it a second later (a unix socket that does not exist fails at once instead, and
+# the retries would be spent in a millisecond).
+HOLD_ADDRESS = "127.0.0.2"
+
+
+def _serve(layout: Layout, name: str, server: str) -> None:
+    """`server` in service first, then every other one in maintenance: a request that meets one of those
+    meanwhile is redispatched on its next retry."""
+    commands = [f"set server {name}-engine/{server} state ready"]
+    commands += [f"set server {name}-engine/{other} state maint" for other in SERVERS if other != server]
+    answer = admin(layout, "; ".join(commands))
+    if answer.strip():
+        raise FrontError(f"HAProxy refused to send clients to {server}: {answer.strip()[:300]}")
+
+
+def serve_port(layout: Layout, name: str, port: int) -> None:
+    """The running HAProxy sends clients to the slot on `port` (the admin socket; no reload)."""
+    slot = next((server for server, found in servers(layout, name).items()
+                 if server != HOLD and found["port"] == port), None)
+    if slot is None:
+        raise FrontError(f"HAProxy has no engine slot on port {port}")
+    _serve(layout, name, slot)
+
+
+def hold(ctx: Context) -> bool:
+    """Before the engine that serves is drained and stopped: new requests go to the hold server, where nothing
+    ever listens, and are held there (retried, redispatched) until the switch commits or reverts and sends
+    them to an engine. Without it, a request that arrives between the end of the drain and the stop would be
+    cut by the stop. Returns False when no front door runs (nothing to hold)."""
+    if not enabled(ctx) or not admin_socket(ctx.layout).exists():
+        return False
+    try:
+        _serve(ctx.layout, ctx.spec.server.name, HOLD)
+    except (OSError, FrontError) as exc:
+        ctx.say(f"front door: could not hold new requests ({exc}); they reach the engine until it stops")
+        return False
+    return True
+
+
 def point_at(ctx: Context, port: int) -> None:
     """Clients go to `port` from now: the config says so for HAProxy's next start, and the running HAProxy is
-    told on its admin socket: the new slot in service first, then the old one in maintenance (a request that
-    meets the old one meanwhile is redispatched)."""
+    told on its admin socket."""
     write_files(ctx, config(ctx, active=port))
-    if not running(ctx):
-        return
-    a, b = slots(ctx)
-    new, old = ("a", "b") if port == a else ("b", "a")
-    name = ctx.spec.server.name
-    answer = admin(ctx.layout, f"set server {name}-engine/{new} state ready; "
-                               f"set server {name}-engine/{old} state maint")
-    if answer.strip():
-        raise FrontError(f"HAProxy refused to flip the front door to port {port}: {answer.strip()[:300]}")
+    if running(ctx):
+        serve_port(ctx.layout, ctx.spec.server.name, port)
+
+
+def serve_restored(layout: Layout, name: str, deployment: Deployment) -> str:
+    """For the switch guard, which restored `deployment` after a run died mid-switch: a front door that holds
+    requests sends them to it (its config already points there). Best effort: '' when there is none."""
+    port = port_of(deployment)
+    if port is None or not admin_socket(layout).exists():
+        return ""
+    try:
+        serve_port(layout, name, port)
+    except (OSError, FrontError) as exc:
+        return f"; the front door could not be pointed at it ({exc}): the next run does"
+    return f"; the front door sends clients to port {port}"
 
 
 def running(ctx: Context) -> bool:
@@ -192,7 +240,8 @@ def describe(ctx: Context) -> dict:
     try:
         if not running(ctx):
             return found
-        live = [s["port"] for s in servers(ctx.layout, ctx.spec.server.name).values() if s["up"]]
+        live = [srv["port"] for server, srv in servers(ctx.layout, ctx.spec.server.name).items()
+                if srv["up"] and server != HOLD]
     except (OSError, Ds4Error):
         return found
     found.update(up=True, points_at=f"127.0.0.1:{live[0]}" if live else None)

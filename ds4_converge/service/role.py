@@ -125,6 +125,13 @@ def plan(ctx: Context) -> RolePlan:
     elif front.enabled(ctx) and running and not front.running(ctx):
         changes.append(Change(f"start the front door ({front.PROGRAM}, not running)",
                               action=partial(_start_front, before=None)))
+    elif front.enabled(ctx) and running and ctx.state.last_good is not None:
+        # HAProxy runs this config: it must send clients to last good (a run that died holding them, say)
+        live = front.live_port(ctx)
+        points_at = front.describe(ctx)["points_at"]
+        if points_at != f"127.0.0.1:{live}":
+            changes.append(Change(f"point the front door at 127.0.0.1:{live} (it sends clients to "
+                                  f"{points_at or 'no engine'})", action=partial(_point_front, port=live)))
     with_systemd = systemd.has_systemd()
     unit = systemd.unit_path(name)
     if with_systemd:
@@ -241,6 +248,11 @@ def _write_front(ctx: Context, *, text: str) -> str:
         ctx.supervisor.signal(front.PROGRAM, "USR2")
         return "front door config updated (HAProxy reloaded)"
     return "front door config written"
+
+
+def _point_front(ctx: Context, *, port: int) -> str:
+    front.point_at(ctx, port)
+    return f"front door sends clients to 127.0.0.1:{port}"
 
 
 def _log_tail(path: Path, lines: int = 15) -> str:

@@ -63,6 +63,8 @@ def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -
     grace = stop_grace(ctx.spec)
     pid = ctx.supervisor.running_pid(name)
     running = ctx.state.current.endpoint if ctx.state.current else ctx.endpoint
+    if reason != "revert":  # a front door holds new requests from now until the switch commits or reverts
+        front.hold(ctx)
     if pid and reason != "revert" and _answers(running):  # the engine cuts a generation on SIGTERM: wait until idle
         ctx.drained = drain.wait_idle(running, ctx.spec.server.drain_s, say=ctx.say)
         ctx.say(f"stopping {name} (pid {pid}): SIGTERM, SIGKILL after {grace}s if it has not exited "
@@ -154,6 +156,7 @@ def revert(ctx: Context) -> Revert:
                             f"to; serving now: {serving(ctx)}")
     ctx.say(f"reverting to last good release {last_good.release}")
     switch_to(ctx, last_good, reason="revert")
+    expose(ctx, last_good)  # the slot the front door pointed at before the switch: held requests go there again
     return Revert(last_good)
 
 
