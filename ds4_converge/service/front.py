@@ -167,7 +167,7 @@ def servers(layout: Layout, name: str) -> dict[str, dict]:
 SERVERS = ("a", "b", HOLD := "hold")
 # The hold server: the first slot's port on another loopback address, where nothing can listen (the engine binds
 # 127.0.0.1 only, and anyone else on that port, 0.0.0.0 included, is refused by preflight): every connection is
-# refused, and HAProxy retries it a second later (a unix socket that does not exist fails at once instead, and
+# refused, and HAProxy retries it after its turn-around time (a unix socket that does not exist fails at once instead, and
 # the retries would be spent in a millisecond).
 HOLD_ADDRESS = "127.0.0.2"
 
