@@ -228,9 +228,10 @@ def serve_restored(layout: Layout, name: str, deployment: Deployment) -> str:
 
 
 def running(ctx: Context) -> bool:
+    """HAProxy runs (or was just started again by supervisord: STARTING until its startsecs passed)."""
     supervisor = ctx.supervisor
     info = supervisor.info(PROGRAM) if supervisor.is_running() else None
-    return bool(info and info["statename"] == "RUNNING")
+    return bool(info and info["statename"] in ("RUNNING", "STARTING"))
 
 
 def describe(ctx: Context) -> dict:

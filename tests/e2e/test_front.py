@@ -172,7 +172,8 @@ def test_haproxy_that_dies_is_started_again_by_supervisord(fronted):
         time.sleep(0.3)
     else:
         raise AssertionError("the front door did not come back")
-    assert fronted.status()["front"]["up"]
+    status = fronted.status()
+    assert status["front"]["up"] and status["front"]["points_at"] == status["endpoint"].removeprefix("http://")
 
 
 @pytest.mark.parametrize("problem", ["missing", "readable by others"])
@@ -231,5 +232,39 @@ def test_tls_when_a_certificate_and_key_are_given(tmp_path, sim_repo):
             requests.get(f"http://127.0.0.1:{box.front_port}/v1/models", timeout=5)
         assert key.read_text() not in "".join(p.read_text(errors="replace") for p in box.root.rglob("*")
                                               if p.is_file() and not p.is_symlink() and p.stat().st_size < 1 << 20)
+    finally:
+        box.stop()
+
+
+def test_a_front_door_added_to_a_serving_box_keeps_its_engine_and_one_that_cannot_start_leaves_it_as_it_was(
+        tmp_path, sim_repo):
+    box = front_box(tmp_path / "root", sim_repo)
+    front = box.spec.pop("front")
+    box.write()
+    try:
+        rc, document = box.converge()
+        assert rc == 0, document["error"]
+        before = box.status()
+        conf = (box.root / "supervisor" / "supervisord.conf").read_text()
+        # a certificate HAProxy cannot load: preflight sees a file; HAProxy refuses to start
+        bad = tmp_path / "bad.pem"
+        bad.write_text("not a certificate\n")
+        box.spec["front"] = {**front, "tls": {"cert": str(bad), "key": str(bad)}}
+        box.write()
+        rc, document = box.converge()
+        assert rc == 1 and not document["reverted"], document
+        assert "front: HAProxy does not start" in document["error"], document["error"]
+        assert (box.root / "supervisor" / "supervisord.conf").read_text() == conf
+        after = box.status()
+        assert (after["pid"], after["release"], after["healthy"]) == (before["pid"], before["release"], True)
+        assert after["front"]["up"] is False
+        # the same front door without the bad certificate: the engine keeps running on its port (slot a)
+        box.spec["front"] = front
+        box.write()
+        rc, document = box.converge()
+        assert rc == 0, document["error"]
+        fronted = box.status()
+        assert fronted["pid"] == before["pid"] and fronted["front"]["points_at"] == f"127.0.0.1:{box.port}"
+        assert ask(box, timeout=30).status_code == 200
     finally:
         box.stop()
