@@ -154,8 +154,8 @@ endpoint:
   sample: http://127.0.0.1:8000
 front:
   description:
-    - The front door, when the spec has one (C(front)) - its public C(url) (what clients use, with
-      C(Authorization: Bearer KEY)), the engine slot it sends clients to (C(points_at)), whether HAProxy is C(up),
+    - The front door, when the spec has one (C(front)) - its public C(url) (what clients use, with a key in
+      their C(Authorization) header), the engine slot it sends clients to (C(points_at)), whether HAProxy is C(up),
       and the C(metrics) URL. Null without a front door; O(spec) passes C(front) to the tool as it is.
   returned: always
   type: dict
