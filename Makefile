@@ -6,11 +6,11 @@ BIN    := $(VENV)/bin
 SPEC   ?= spec/examples/sim.yaml
 ARGS   ?=
 
-.PHONY: run test test-fast lint-imports stop status check logs schema docs clean collection collection-build sanity
+.PHONY: run test system-deps test-fast lint-imports stop status check logs schema docs clean collection collection-build sanity
 
 # What running the tool needs, and nothing else (no test or fleet tools): make run, check, status, stop.
 $(VENV)/.installed-run: pyproject.toml
-	@echo "==> $(VENV): installing ds4-converge and what running it needs (README: Why each dependency is here)"
+	@echo "==> $(VENV): installing ds4-converge and what running it needs (docs/architecture.md says why each dependency is here)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check --upgrade pip
 	$(BIN)/pip install --disable-pip-version-check -e .
@@ -55,10 +55,15 @@ $(ANSIBLE_TEST_WHEELS)/.downloaded: $(VENV)/.installed-dev
 	bash .ci/ansible-test-wheels.sh $(VENV) $(ANSIBLE_TEST_WHEELS)
 
 # Two workers, a test file each at a time (a file's tests keep their order and module fixtures): most of the
-# suite waits on engines, supervisord, ssh and HTTP, so two files at once fit two cores; --durations lists the
-# slowest in the log.
-test: lint-imports $(ANSIBLE_TEST_WHEELS)/.downloaded collection
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
+# suite waits on engines, supervisord, ssh and HTTP, so two files at once fit two cores; -rs says why each skipped
+# test skipped (CI fails on any: .ci/run), --durations lists the slowest in the log. The system packages come first.
+test: system-deps lint-imports $(ANSIBLE_TEST_WHEELS)/.downloaded collection
+	$(BIN)/python -m pytest -q -rs -n 2 --dist loadfile --durations=25
+
+# haproxy, the ssh client, iproute2, a C compiler...: installed as root, named with the command to install them
+# otherwise (make stops before the first test)
+system-deps:
+	@bash .ci/system-deps.sh
 
 # Under 10 s on 2 idle cores: a few hypothesis examples per property (make test runs them all), and only the
 # plugins these tests use (testinfra and anyio serve the fleet tests: loading them costs a second; the

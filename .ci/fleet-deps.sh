@@ -3,9 +3,7 @@
 #
 #   bash .ci/fleet-deps.sh VENV      e.g. bash .ci/fleet-deps.sh .venv
 #
-# - apt: the OpenSSH *client* (ssh, sftp), when missing: Ansible's ssh connection and testinfra run it; and
-#   HAProxy (the distribution's package), which the rolling-upgrade test puts in front of the fleet (it runs its
-#   own haproxy as the test user on loopback ports; the package's system service is not needed).
+# - apt: .ci/system-deps.sh, which make test runs too (the OpenSSH client, HAProxy, ...: it says why each).
 #   No sshd: each molecule scenario starts an ssh server of its own, as the test user (molecule/shared/
 #   loopback_sshd.py), so the tests need neither root nor a system sshd. apt-get needs root; everything else
 #   here does not.
@@ -16,15 +14,8 @@
 set -euo pipefail
 venv=${1:?usage: $0 VENV (the virtualenv the tests run in, e.g. .venv)}
 repo=$(cd "$(dirname "$0")/.." && pwd)
-export DEBIAN_FRONTEND=noninteractive
 
-apt=()
-{ command -v ssh >/dev/null && command -v sftp >/dev/null; } || apt+=(openssh-client)
-command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || apt+=(haproxy)
-if [ ${#apt[@]} -gt 0 ]; then
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${apt[@]}" >/dev/null
-fi
+bash "$repo/.ci/system-deps.sh"   # apt: haproxy and the ssh client among them
 
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 mapfile -t reqs < <("$venv/bin/python" - "$repo/pyproject.toml" <<'PY'

@@ -121,6 +121,23 @@ class Box:
                 for p in sorted(self.root.rglob("*")) if p.is_file()} if self.root.exists() else {}
 
 
+@contextlib.contextmanager
+def reachable_box(repo: Path):
+    """A box in a folder every user may enter (pytest's own tmp folder is 0700): for what runs as another user
+    (nobody builds the engine, a plain user runs the CLI). Stopped and removed after the block."""
+    import shutil
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix="ds4c-reachable-"))
+    where.chmod(0o755)
+    box = Box(where / "root", repo, free_port())
+    try:
+        yield box
+    finally:
+        box.stop()
+        shutil.rmtree(where, ignore_errors=True)
+
+
 def engine_pids(root: Path) -> set[int]:
     """ds4-server processes running a release under `root` (other tests may run engines too)."""
     return {p.pid for p in processes.every()

@@ -22,6 +22,9 @@ from fakehost import FakeHost
 # every test has a cache folder of its own, and one that changes the user's real one fails (user_cache_guard.py)
 from user_cache_guard import pytest_runtest_setup, pytest_runtest_teardown, pytest_sessionfinish  # noqa: F401
 
+# --no-skips and --no-leaks, which CI turns on (session_guard.py)
+pytest_plugins = ["session_guard"]
+
 
 def _make_sim_repo():
     spec = importlib.util.spec_from_file_location("make_sim_repo", REPO / "engine" / "make_sim_repo.py")

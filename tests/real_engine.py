@@ -1,8 +1,8 @@
 """The real ds4 engine (upstream antirez/ds4), built from its source tarballs for the conformance tests.
 
-Two upstream versions are tested: 8d57664 and b030961 (`VERSIONS`). Their tarballs live outside the repository
-(CI: ../shared/engines/antirez-ds4-<commit>.tar.gz beside the repo; DS4_ENGINE_DIR names another folder, and
-DS4_ENGINE_TARBALL still overrides the 8d57664 one). `make cpu` runs once per tarball: the tree is cached under
+Two upstream versions are tested: 8d57664 and b030961 (`VERSIONS`). Their tarballs are in the repository,
+engine/upstream/antirez-ds4-<commit>.tar.gz (MIT: their LICENSE and SHA256SUMS beside them), so every clone runs
+these tests; DS4_ENGINE_DIR names another folder, and DS4_ENGINE_TARBALL still overrides the 8d57664 one. `make cpu` runs once per tarball: the tree is cached under
 build/ds4-engine/<sha256>/ (DS4_ENGINE_CACHE names another folder, e.g. one shared by several worktrees) and
 reused by later sessions, so only the first session on a machine pays for the compile.
 """
@@ -22,7 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TARBALL_ENV = "DS4_ENGINE_TARBALL"
 VERSIONS = ("8d57664", "b030961")
-ENGINES = Path(os.environ.get("DS4_ENGINE_DIR") or REPO.parent / "shared" / "engines")
+UPSTREAM = REPO / "engine" / "upstream"
+ENGINES = Path(os.environ.get("DS4_ENGINE_DIR") or UPSTREAM)
 DEFAULT_TARBALL = ENGINES / "antirez-ds4-8d57664.tar.gz"
 CACHE = Path(os.environ.get("DS4_ENGINE_CACHE") or REPO / "build" / "ds4-engine")
 BINARIES = ("ds4", "ds4-server")
@@ -35,6 +36,22 @@ def tarball(version: str = "8d57664") -> Path | None:
     override = os.environ.get(TARBALL_ENV) if version == "8d57664" else None
     path = Path(override or ENGINES / f"antirez-ds4-{version}.tar.gz")
     return path if path.is_file() else None
+
+
+def require(version: str) -> Path:
+    """The tarball of an upstream version; its absence is an error that says where it was looked for (a clone
+    always has both, so a test that needs one fails rather than skips)."""
+    found = tarball(version)
+    if found is None:
+        raise FileNotFoundError(f"no engine tarball for upstream {version} in {ENGINES} (the repository's "
+                                f"{UPSTREAM.relative_to(REPO)} holds both; DS4_ENGINE_DIR or {TARBALL_ENV} points "
+                                f"elsewhere)")
+    return found
+
+
+def built(version: str, cache: Path | None = None) -> "RealEngine":
+    """An upstream version built with `make cpu` (cached: see build)."""
+    return build(require(version), cache or CACHE, version)
 
 
 def sha256(path: Path) -> str:

@@ -2,7 +2,8 @@
 
 Every test gets a cache folder of its own through XDG_CACHE_HOME (its in-process CLI calls and every subprocess
 inherit it), and a test that changes the real one anyway (an environment built from scratch, a HOME of its own)
-fails in its teardown, naming what it touched. tests/conftest.py registers these hooks; a pytest of its own loads
+fails in its teardown, naming what it touched. Tools that write into the home folder on their own get a folder
+under the same temporary one. tests/conftest.py registers these hooks; a pytest of its own loads
 them with `-p user_cache_guard` (tests/unit/test_test_isolation.py).
 """
 from __future__ import annotations
@@ -18,6 +19,13 @@ import pytest
 REAL_USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ds4-converge"
 TEST_CACHES = Path(tempfile.mkdtemp(prefix="ds4c-test-caches-"))
 os.environ["XDG_CACHE_HOME"] = str(TEST_CACHES / "collection")  # what runs before the first test's setup
+# and the tools that write into the home folder on their own (tests/session_guard.py --no-leaks checks): matplotlib's
+# font cache (the bench --plot tests), Ansible's local and remote temporary folders (the loopback ssh "hosts" are
+# this machine)
+os.environ["MPLCONFIGDIR"] = str(TEST_CACHES / "matplotlib")
+os.environ["ANSIBLE_HOME"] = str(TEST_CACHES / "ansible")
+os.environ["ANSIBLE_LOCAL_TEMP"] = str(TEST_CACHES / "ansible" / "tmp")
+os.environ["ANSIBLE_REMOTE_TEMP"] = str(TEST_CACHES / "ansible" / "remote-tmp")
 _TEST_NUMBER = itertools.count()
 
 

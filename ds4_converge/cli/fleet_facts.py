@@ -1,7 +1,8 @@
 """What a fleet operator watches of one box: the same facts for `status --json` and for Prometheus.
 
 A box's facts are the release that serves, whether it is healthy, last good (and when it was recorded), the last
-revert (when, what failed, what was put back) and the decode tok/s of the last bench. They come from files under
+revert (when, what failed, what was put back), the decode tok/s of the last bench and the watchdog's incidents
+(how many, and when it last restarted the engine, with the cause). They come from files under
 the root only (state.json, logs/, bench/results.jsonl), so writing them costs a run nothing it would notice.
 
 After each run (converge, rollback, status, stop; a no-op confirmed from its receipt too) the facts are written
@@ -65,6 +66,14 @@ def _headline(record: dict) -> float | None:
     return min(singles, key=lambda c: c["prompt_tokens_target"])["decode_tps"]["median"] if singles else None
 
 
+def watchdog_summary(root: Path) -> dict:
+    """The watchdog's incidents (service/watchdog.py keeps them in ROOT/logs/incidents.jsonl)."""
+    from ds4_converge.core.layout import Layout
+    from ds4_converge.service.watchdog import summary
+
+    return summary(Layout(root))
+
+
 def box_facts(root: Path, *, release: str | None, healthy: bool) -> dict:
     """The facts of the box under `root`, with what serves now and whether it is healthy as the run found."""
     state = _read_json(root / "state.json")
@@ -72,7 +81,8 @@ def box_facts(root: Path, *, release: str | None, healthy: bool) -> dict:
     last_good = good[-1] if good and isinstance(good[-1], dict) else {}
     return {"root": str(root), "release": release, "healthy": bool(healthy),
             "last_good": last_good.get("release"), "last_good_at": last_good.get("recorded_at") or None,
-            "last_revert": last_revert(root / "logs"), "last_bench": last_bench(root / "bench" / "results.jsonl")}
+            "last_revert": last_revert(root / "logs"), "last_bench": last_bench(root / "bench" / "results.jsonl"),
+            "watchdog": watchdog_summary(root)}
 
 
 def after_run(root: Path, document: dict, *, healthy: bool) -> None:
@@ -102,6 +112,13 @@ def metrics_text(facts: dict, *, command: str, ok: bool, now: float | None = Non
                      "When a run last put last good back after a failed release (Unix time).",
                      [({**root, "failed": revert.get("failed") or "", "release": revert.get("release") or ""},
                        _epoch(revert["at"]))] if revert and _epoch(revert["at"]) is not None else []))
+    watch = facts.get("watchdog") or {}
+    families.append(("ds4_converge_watchdog_incidents", "Incidents the watchdog recorded (the newest 200 are kept).",
+                     [(root, watch.get("incidents") or 0)]))
+    restart = watch.get("last_restart")
+    families.append(("ds4_converge_watchdog_last_restart_timestamp_seconds",
+                     "When the watchdog last restarted the engine between runs (Unix time), with its cause.",
+                     [({**root, "cause": restart.get("cause") or ""}, _epoch(restart.get("at")))] if restart else []))
     bench = facts["last_bench"]
     families.append(("ds4_converge_bench_decode_tokens_per_second",
                      "Decode tok/s of one client on the shortest prompt, at the last bench.",

@@ -54,8 +54,10 @@ def facts(args, session) -> int:
         ctx = session.context()
         host = gather_host_facts(**facts_request(ctx))
         holders = {listener.pid for listener in host.listeners if listener.pid}
+        from ds4_converge.orchestrate.captured_facts import returned_by
+
         ours = sorted(ctx.supervisor.owns(holders)) if holders else []
-        host = host.model_copy(update={"supervised_pids": ours})
+        host = host.model_copy(update={"supervised_pids": ours, "supervised_returned_bytes": returned_by(host, ours)})
     if session.json:
         captured = {"hostname": socket.gethostname(), "captured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     **({"spec": args.spec} if args.spec else {})}

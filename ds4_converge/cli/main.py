@@ -52,6 +52,7 @@ def _main(argv: list[str]) -> int:
             sys.stderr.write(f"usage: {USAGE}\n\nCommands: {', '.join(commands)}.  More: ds4-converge help\n")
             return INVALID
         parser.json_mode = json_mode
+        _no_such_command(argv, commands)
         args = parser.parse_args(normalise(argv, commands))
         command = commands[args.command]
         from ds4_converge.cli.session import Session
@@ -75,6 +76,9 @@ def _main(argv: list[str]) -> int:
         return _end(session, name, json_mode, interrupts.exit_code(signum), "interrupted",
                     f"interrupted by {Signals(signum).name}", [], {}, serving_note=True)
     except Exception as exc:  # noqa: BLE001 - the safety net: a bug still ends in one message and one document
+        known = _known_failure(exc, session)
+        if known is not None:  # a failure the tool can name (supervisord that does not answer, a permission)
+            return _end(session, name, json_mode, FAILED, "failed", f"{name}: {known}", [], {}, serving_note=True)
         log = _write_traceback(session)
         if debug:
             import traceback
@@ -85,6 +89,24 @@ def _main(argv: list[str]) -> int:
                     f"internal error (a bug in ds4-converge): {type(exc).__name__}: {exc}",
                     [] if debug else [f"{where}; --debug prints it here"], {"traceback_log": log},
                     serving_note=True)
+
+
+def _known_failure(exc: Exception, session) -> str | None:
+    """One line for a failure that is no bug: an error the tool raised with its own message (Ds4Error: supervisord
+    stopped or unreachable, …) or a permission the host refuses (path and user named). None: a bug."""
+    from ds4_converge.errors import Ds4Error
+
+    if isinstance(exc, PermissionError):
+        from ds4_converge.cli.session import permission_words
+
+        return permission_words(exc)
+    if not isinstance(exc, Ds4Error):
+        return None
+    from ds4_converge.service.supervisor import SupervisorError
+
+    if isinstance(exc, SupervisorError) and session is not None:
+        session.cannot_ask(exc.message)  # what serves: "cannot tell", without waiting on it a second time
+    return exc.message
 
 
 def _replay_noop(argv: list[str], commands) -> int | None:
@@ -102,6 +124,18 @@ def normalise(argv: list[str], commands) -> list[str]:
     if argv and argv[0] not in commands and argv[0] not in ("-h", "--help", "--version"):
         return ["converge", *argv]
     return argv
+
+
+def _no_such_command(argv: list[str], commands) -> None:
+    """`ds4-converge frobnicate`: a word that is no command and cannot be a spec (no such path, no .yaml/.yml ending)
+    is named as a mistyped command, as `help frobnicate` does; a path that exists, or a .yaml/.yml one, is a spec."""
+    import os
+
+    word = argv[0]
+    if word in commands or word.startswith("-") or os.path.lexists(word) or word.endswith((".yaml", ".yml")):
+        return
+    raise CliError(INVALID, "usage", f"no command {word!r} and no spec file of that name; commands: "
+                                     f"{', '.join(commands)} (ds4-converge help COMMAND)")
 
 
 def _command_name(argv: list[str]) -> str:
@@ -125,16 +159,17 @@ def _end(session, name: str, json_mode: bool, code: int, aborted: str, message: 
 def _say_end(session, name, json_mode, code, aborted, message, lines, fields, serving_note) -> int:
     if session is not None and session.emitted:
         return code  # the command printed its document already; a late signal changes only the exit code
-    serving = session.serving() if session is not None else {"release": None, "endpoint": None}
+    serving = session.serving_fields() if session is not None else {"release": None, "endpoint": None}
     if serving_note and session is not None and session.ctx is not None:
-        message += ("; serving: release " + f"{serving['release']} on {serving['endpoint']}"
-                    if serving["release"] else "; serving: nothing")
+        message += f"; serving: {session.serving_words()}"
+    unknown = {"serving_unknown": serving["serving_unknown"]} if "serving_unknown" in serving else {}
     if json_mode:
         from ds4_converge.cli import report
 
         error = "\n".join(lines) if aborted == "invalid" and lines else message
         report.print_json(report.document(name, ok=False, exit_code=code, aborted=aborted, error=error,
-                                          release=serving["release"], endpoint=serving["endpoint"], **fields))
+                                          release=serving["release"], endpoint=serving["endpoint"], **unknown,
+                                          **fields))
         if session is not None:
             session.emitted = True
     else:

@@ -86,9 +86,8 @@ def tune(args, session) -> int:
                      say=(lambda _m: None) if session.json else session.err_line).to_json()
     code = OK if result["ok"] else FAILED
     if session.json:
-        serving = session.serving()
         session.emit(report.document("tune", ok=result["ok"], exit_code=code, error=result["error"],
-                                     release=serving["release"], endpoint=serving["endpoint"], tune=result))
+                                     **session.serving_fields(), tune=result))
     else:
         perf_report.tune_table(result, session.out)
     return code

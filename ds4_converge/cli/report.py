@@ -137,9 +137,15 @@ def recap(document: dict) -> list[Line]:
     lines.append([("bold red", "FAILED"), ("", f": {document['error'] or 'failed'}")])
     if document.get("detail"):
         lines.append([("dim", document["detail"].rstrip())])
-    lines.append([("", "serving: " + (f"release {document['release']} on {document['endpoint']}"
-                                      if document["release"] else "nothing"))])
+    lines.append([("", f"serving: {serving_words(document)}")])
     return lines
+
+
+def serving_words(document: dict) -> str:
+    """What serves, as a document says it: "release R on URL", "nothing", or "cannot tell (why)"."""
+    if document.get("serving_unknown"):
+        return f"cannot tell ({document['serving_unknown']})"
+    return f"release {document['release']} on {document['endpoint']}" if document["release"] else "nothing"
 
 
 def curl_line(endpoint: str, *, key: bool = False) -> str:
@@ -164,6 +170,8 @@ def status_lines(doc: dict) -> list[str]:
         return lines + [f"  converge it with: ds4-converge {escape(doc['spec'])}"]
     if doc["healthy"]:
         head = f"{name}: [green]healthy[/], serving release {escape(doc['release'])} on {doc['endpoint']}"
+    elif doc["state"] == "unknown":
+        head = f"{name}: [bold red]cannot tell what serves[/]: {escape(doc['error'].removeprefix('cannot tell what runs: '))}"
     elif doc["release"]:
         head = f"{name}: [bold red]not healthy[/]: release {escape(doc['release'])} runs but {escape(doc['error'])}"
     else:
@@ -173,6 +181,10 @@ def status_lines(doc: dict) -> list[str]:
     if last_run:
         outcome = "ok" if last_run["ok"] else f"failed: {one_line(last_run['error'] or '')}"
         rows.append(("last run", f"{last_run['command']} at {last_run['finished_at']}: {outcome}"))
+    watch = doc.get("watchdog") or {}
+    if watch.get("last_restart"):
+        last = watch["last_restart"]
+        rows.append(("watchdog", f"{watch['incidents']} incident(s); last restart {last['at']}: {last['cause']}"))
     front = doc.get("front")
     if front:
         where = (f"→ engine {front['points_at']}" if front["points_at"] else "→ no engine slot in service") \

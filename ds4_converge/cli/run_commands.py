@@ -91,7 +91,8 @@ def switch_of(before, ctx) -> dict | None:
     was = before.release if before else None
     if ctx.desired is None:  # check mode before the build: the command line comes from the built binary
         to = ctx.build.release_id if ctx.build else None
-        changes = ([f"release {was} → {to}"] if was != to else []) + ["(command line known after the build)"]
+        changes = ([f"first start: release {to}"] if was is None else [f"release {was} → {to}"] if was != to
+                   else []) + ["(command line known after the build)"]
         return {"from": was, "to": to, "changes": changes}
     return {"from": was, "to": ctx.desired.release, "changes": config_changes(before, ctx.desired)}
 
@@ -102,10 +103,9 @@ def finish(session, command: str, outcome, code: int, *, check: bool, switch: di
     from ds4_converge.cli.service_commands import front_status
     from ds4_converge.core import interrupts
 
-    serving = session.serving()
     document = report.document(
-        command, ok=outcome.ok, exit_code=code, error=outcome.error, release=serving["release"],
-        endpoint=serving["endpoint"], aborted="interrupted" if interrupts.received() and not outcome.ok else None,
+        command, ok=outcome.ok, exit_code=code, error=outcome.error, **session.serving_fields(),
+        aborted="interrupted" if interrupts.received() and not outcome.ok else None,
         changed=outcome.changed, reverted=outcome.reverted, check=check, detail=outcome.detail or None,
         roles=[r.to_json() for r in outcome.results], switch=switch,
         **({"front": front_status(session.ctx)} if session.ctx and session.ctx.spec.front and not check else {}))
@@ -119,7 +119,7 @@ def finish(session, command: str, outcome, code: int, *, check: bool, switch: di
         if document["aborted"] == "interrupted":
             from signal import Signals
 
-            serving = f"release {document['release']}" if document["release"] else "nothing"
+            serving = report.serving_words(document)
             sys.stderr.write(f"ds4-converge: interrupted by {Signals(interrupts.received()).name}; "
                              f"serving: {serving}\n")
     return code

@@ -26,33 +26,36 @@ def status(args, session) -> int:
     part = ctx.spec.distributed
     healthy, error = False, None
     if serving["state"] == "unknown" and session.serving_unknown:
-        never, code, error = False, FAILED, f"cannot tell what runs: {session.serving_unknown}"
+        never, code, error = False, FAILED, f"cannot tell what runs: {session.unknown_words()}"
     elif never:
         code, error = NEVER_CONVERGED, f"never converged under {ctx.layout.root}"
     elif serving["release"] is None:
         code, error = FAILED, ("nothing runs" if serving["state"] in ("not running", "STOPPED")
                                else f"the engine is {serving['state']}")
     elif part is not None and part.worker:
-        from ds4_converge.health.worker import data_port_open
+        from ds4_converge.health.worker import judge
 
-        healthy = data_port_open(part.listen)
-        code, error = (OK, None) if healthy else (FAILED, f"nothing accepts on the worker's data port {part.listen}")
+        problem = judge(_worker_state(ctx, part))
+        healthy = problem is None
+        code, error = (OK, None) if healthy else (FAILED, f"the worker is not healthy: {problem}")
     else:
-        from ds4_converge.health.probe import NotReady, Unhealthy, check_models
+        from ds4_converge.health.probe import NotReady, Unhealthy, check_models, check_route
 
         try:
             check_models(serving["endpoint"], timeout=5)
+            if part is not None:  # a coordinator answers /v1/models without its workers: ask what a client meets
+                check_route(serving["endpoint"], timeout=30)
             healthy, code = True, OK
         except (NotReady, Unhealthy) as exc:
             code, error = FAILED, f"{serving['endpoint']} does not answer right: {exc}"
     distributed = _distributed_status(ctx, part, running=serving["pid"] is not None) if part else None
     last_good = state.last_good
     document = report.document(
-        "status", ok=healthy, exit_code=code, error=error, release=serving["release"], endpoint=serving["endpoint"],
-        healthy=healthy, never_converged=never, state=serving["state"], pid=serving["pid"],
+        "status", ok=healthy, exit_code=code, error=error, **session.serving_fields(), healthy=healthy, never_converged=never, state=serving["state"], pid=serving["pid"],
         uptime_s=serving["uptime_s"], last_good=last_good.release if last_good else None,
         last_good_at=last_good.recorded_at if last_good else None, last_run=session.last_run(),
         last_revert=fleet_facts.last_revert(ctx.layout.logs), last_bench=fleet_facts.last_bench(ctx.layout.bench_results),
+        watchdog=fleet_facts.watchdog_summary(ctx.layout.root),
         name=ctx.spec.server.name, root=str(ctx.layout.root), spec=str(args.spec), distributed=distributed,
         front=front_status(ctx))
     if ctx.layout.root.is_dir():
@@ -85,18 +88,23 @@ def _distributed_status(ctx, part, *, running: bool) -> dict:
              "coordinator": str(part.coordinator) if part.coordinator else None, "connected": None, "line": None,
              "state": None}
     if part.worker and running:
-        from ds4_converge.health.worker import read_state
-
-        log = ctx.layout.engine_log(ctx.spec.server.name)
-        try:
-            with open(log, "rb") as handle:
-                handle.seek(max(0, log.stat().st_size - LOG_TAIL_BYTES))
-                text = handle.read().decode("utf-8", errors="replace")
-        except OSError:
-            text = ""
-        worker = read_state(text)
+        worker = _worker_state(ctx, part)
         found.update(connected=worker.connected, line=worker.line or None, state=worker.describe())
     return found
+
+
+def _worker_state(ctx, part):
+    """The worker now: the tail of its log and its data port (health.worker.observe)."""
+    from ds4_converge.health.worker import observe
+
+    log = ctx.layout.engine_log(ctx.spec.server.name)
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(max(0, log.stat().st_size - LOG_TAIL_BYTES))
+            text = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        text = ""
+    return observe(text, part.listen)
 
 
 def _logs_arguments(parser) -> None:
@@ -123,8 +131,7 @@ def logs(args, session) -> int:
     logs_found = {"build_log": build_log, "engine_log": engine_log if engine_log.exists() else None}
     if session.json:
         session.emit(report.document(
-            "logs", ok=True, exit_code=OK, release=session.serving()["release"],
-            endpoint=session.serving()["endpoint"],
+            "logs", ok=True, exit_code=OK, **session.serving_fields(),
             **{key: {"path": str(path), "text": tail(path, args.lines)} if path else None
                for key, path in logs_found.items()}))
         return OK
@@ -209,6 +216,7 @@ COMMANDS = [
             add_arguments=_logs_arguments,
             epilog="exit codes:\n    0  shown\n    2  invalid spec or usage\n    4  no logs yet under this root"),
     Command("stop", "stop the engine and the supervisord ds4-converge started (nothing else)", stop,
-            epilog="exit codes:\n    0  stopped, or nothing ran\n    2  invalid spec or usage\n"
-                   "    3  a converge holds the lock of this root"),
+            epilog="exit codes:\n    0  stopped, or nothing ran\n    1  failed: supervisord did not answer, or a "
+                   "permission was refused (what serves is said, or that it cannot be told)\n"
+                   "    2  invalid spec or usage\n    3  a converge holds the lock of this root"),
 ]

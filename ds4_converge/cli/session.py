@@ -116,9 +116,14 @@ class Session:
         ctx = self.ctx
         if ctx is None:
             return found
+        if self.serving_unknown:  # asking again would wait out the same bound again (a stopped supervisord)
+            return {**found, "state": "unknown"}
         try:
             supervisor = ctx.supervisor
             info = supervisor.info(ctx.spec.server.name) if supervisor.is_running() else None
+        except PermissionError as exc:  # a root this user may not look into: "unknown", and why in words
+            self.serving_unknown = permission_words(exc, advice=False)
+            return {**found, "state": "unknown"}
         except Exception as exc:  # noqa: BLE001 - supervisord half-up, unreadable socket: "unknown" is the answer
             self.serving_unknown = str(exc) or type(exc).__name__
             return {**found, "state": "unknown"}
@@ -132,6 +137,43 @@ class Session:
             if current is not None:
                 found["release"], found["endpoint"] = current.release, current.endpoint
         return found
+
+    def serving_fields(self) -> dict:
+        """A document's release and endpoint; with `serving_unknown` when supervisord could not be asked, so that
+        null reads "cannot tell", never "nothing"."""
+        serving = self.serving()
+        fields = {"release": serving["release"], "endpoint": serving["endpoint"]}
+        if serving["state"] == "unknown":
+            fields["serving_unknown"] = self.unknown_words()
+        return fields
+
+    def serving_words(self) -> str:
+        """What serves, for people: "release R on URL", "nothing", or "cannot tell (why …)"."""
+        fields = self.serving_fields()
+        if "serving_unknown" in fields:
+            return f"cannot tell ({fields['serving_unknown']})"
+        return f"release {fields['release']} on {fields['endpoint']}" if fields["release"] else "nothing"
+
+    def unknown_words(self) -> str:
+        """Why what serves is not known, and what is known all the same: whether the endpoint of the release this
+        root started last answers (an engine keeps serving while its supervisord is stopped)."""
+        words = self.serving_unknown or "supervisord could not be asked"
+        current = self.ctx.state.current if self.ctx is not None else None
+        if current is None or not current.endpoint:
+            return words
+        from ds4_converge.health.probe import NotListening, NotReady, Unhealthy, check_models
+
+        try:
+            check_models(current.endpoint, timeout=3)
+        except NotListening:
+            return f"{words}; nothing answers on {current.endpoint} (release {current.release}, started last)"
+        except (NotReady, Unhealthy, OSError) as exc:
+            return f"{words}; {current.endpoint} (release {current.release}, started last) does not answer right: {exc}"
+        return f"{words}; {current.endpoint} answers /v1/models (release {current.release}, started last)"
+
+    def cannot_ask(self, why: str) -> None:
+        """supervisord could not be asked (a command failed on it): serving() says "unknown" without asking again."""
+        self.serving_unknown = why
 
     # ------------------------------------------------------------------ the last run, for `status` and `logs`
 
@@ -169,6 +211,8 @@ class _Lock:
         except LockHeld as exc:
             holder = exc.holder.strip()
             raise CliError(LOCKED, "locked", str(exc), holder_pid=int(holder) if holder.isdigit() else None) from None
+        except PermissionError as exc:
+            raise CliError(FAILED, "failed", f"cannot open the run lock: {permission_words(exc)}") from None
         except OSError as exc:  # a link (ELOOP: opened without following), a FIFO, a read-only root …
             raise CliError(FAILED, "failed", f"cannot open the run lock {self.lock.path}: {exc.strerror}") from None
 
@@ -244,3 +288,39 @@ def write_last_run(logs, document: dict) -> None:
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
+
+def permission_words(exc: PermissionError, *, advice: bool = True) -> str:
+    """"permission denied: PATH (owned by O, mode M) for user U (uid N)": what a person needs to fix it. A path
+    that does not exist is named with the folder that refused it (one above it not to be entered, or the one it
+    could not be created in)."""
+    import pwd
+
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        user = "?"
+    where, refused = exc.filename or "?", exc.filename
+    if isinstance(exc.filename, str) and not os.path.lexists(exc.filename):
+        parents = _parents(exc.filename)
+        closed = [p for p in parents if os.path.isdir(p) and not os.access(p, os.X_OK)]
+        if closed:
+            where = refused = closed[0]
+        elif parents and os.path.isdir(parents[-1]) and not os.access(parents[-1], os.W_OK):
+            refused = parents[-1]
+            where = f"{exc.filename}: cannot be created in {refused}"
+    try:
+        st = os.stat(refused, follow_symlinks=False) if isinstance(refused, str) else None
+    except OSError:
+        st = None
+    if st is not None:
+        from ds4_converge.core.file_kind import owner_words
+
+        where = f"{where} ({owner_words(st)})"
+    return (f"permission denied: {where} for user {user} (uid {os.geteuid()})"
+            + ("; run as a user who may use this root (its owner, or root)" if advice else ""))
+
+
+def _parents(path: str) -> list[str]:
+    """/a/b/c -> ["/a", "/a/b"]: the folders a lookup of `path` walks through, top first."""
+    parts = path.split("/")[1:-1]
+    return ["/" + "/".join(parts[:i + 1]) for i in range(len(parts))]

@@ -54,6 +54,7 @@ class Context:
     # the service user's (name, HOME) as the target host has them, from facts captured there (--check --facts);
     # None: looked up on this host
     account: tuple[str, str] | None = None
+    facts_elsewhere: bool = False  # facts captured on another host (--check --facts): this host's files are not its
     check: bool = False  # plan only: nothing on the host may change
     before_change: Callable[[], object] = lambda: None  # called before a role applies anything (takes a deferred lock)
     say: Callable[[str], object] = print  # progress lines for people (silent in --json mode)
@@ -68,6 +69,8 @@ class Context:
     release: Release | None = None
     models: ModelPaths | None = None
     memory_short: str | None = None  # the memory budget does not fit and model.memory_budget is warn: why
+    memory_estimate: Any = None  # models.budget.Budget: what the models role expects the engine to take
+    gate_baseline: Any = None  # health.gate.Baseline: the old engine benched in this run just before the switch
     desired: Deployment | None = None
     restart_needed: bool = False
     prepared: bool = False  # engine.prepare ran in this run

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ds4_converge.engine.builder import Builder, hand_over, take_back
 from ds4_converge.engine.git import EngineRepo
 from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.engine_knowledge import BASE as BASE_VERSION
@@ -159,16 +160,19 @@ class HelpText:
         return found
 
 
-def read_help(server: Path) -> HelpText:
-    """`ds4-server --help`, then `--help TOPIC` for every topic the main page lists."""
-    main = _help_page(server)
-    return HelpText(main, {topic: _help_page(server, topic) for topic in help_topics(main)})
+def read_help(server: Path, builder: Builder | None = None) -> HelpText:
+    """`ds4-server --help`, then `--help TOPIC` for every topic the main page lists (a binary just built runs as
+    its builder: it is not trusted yet)."""
+    main = _help_page(server, builder=builder)
+    return HelpText(main, {topic: _help_page(server, topic, builder=builder) for topic in help_topics(main)})
 
 
-def _help_page(server: Path, *topic: str) -> str:
+def _help_page(server: Path, *topic: str, builder: Builder | None = None) -> str:
     # --help exits before the instance lock, but a build that takes it first must not collide with a server
-    env = {**os.environ, load_knowledge()["lock"]["env"]: str(server.parent / ".help.lock")}
-    proc = subprocess.run([str(server), "--help", *topic], capture_output=True, text=True, timeout=60, env=env)
+    env = {**os.environ, load_knowledge()["lock"]["env"]: ".help.lock"}
+    who = {"user": builder.uid, "group": builder.gid, "extra_groups": []} if builder else {}
+    proc = subprocess.run([f"./{server.name}", "--help", *topic], capture_output=True, text=True, timeout=60, env=env,
+                          cwd=server.parent, **who)
     if proc.returncode != 0:
         raise RuntimeError(f"{server} --help {' '.join(topic)} exited {proc.returncode}: "
                            f"{(proc.stderr or proc.stdout)[-500:]}")
@@ -214,8 +218,9 @@ def load(layout: Layout, release_id: str) -> Release | None:
         return None  # a torn record (or a binary that no longer answers): the release is built again
 
 
-def build(layout: Layout, repo: EngineRepo, request: BuildRequest) -> Release:
-    """Export, make, check. The tree is renamed into place only when the binary answers --help."""
+def build(layout: Layout, repo: EngineRepo, request: BuildRequest, builder: Builder | None = None) -> Release:
+    """Export, make, check. The tree is renamed into place only when the binary answers --help. make and that
+    first run are the builder's (engine/builder.py), who may write only the partial tree."""
     final = layout.releases / request.release_id
     partial = layout.releases / f".{request.release_id}.partial"
     log = layout.build_log(request.release_id)
@@ -226,14 +231,22 @@ def build(layout: Layout, repo: EngineRepo, request: BuildRequest) -> Release:
         repo.fetch(request.commit)
         repo.export(request.commit, partial)
         crash_point("build-exported")
-        run(request.make_argv(), cwd=partial, log=log, timeout=MAKE_TIMEOUT_S)
+        if builder is not None:
+            hand_over(partial, builder)
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a") as handle:
+                handle.write(f"# built as {builder.name} (uid {builder.uid}), who may write only this tree\n")
+        run(request.make_argv(), cwd=partial, log=log, timeout=MAKE_TIMEOUT_S,
+            env={"HOME": str(partial)} if builder else None, as_user=builder.ids if builder else None)
         server = partial / "ds4-server"
         if not server.exists():
             raise BuildFailed(f"make {request.target} finished but built no ds4-server", log)
         try:
-            values, version = server_options(read_help(server), request.commit, request.ref)
+            values, version = server_options(read_help(server, builder), request.commit, request.ref)
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
             raise BuildFailed(f"the built ds4-server does not run: {exc}", log) from None
+        if builder is not None:
+            take_back(partial)
         built = True
         crash_point("build-made")
     except CommandFailed as exc:

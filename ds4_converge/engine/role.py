@@ -15,6 +15,7 @@ from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
 from ds4_converge.core.shell import CommandFailed, run
 from ds4_converge.engine import release as releases
+from ds4_converge.engine.builder import Builder, builder_for, closed_to
 from ds4_converge.engine.git import SHA, EngineRepo, RepoError
 from ds4_converge.engine.installer import InstallerError, read_pin
 from ds4_converge.models.budget import streaming_hint
@@ -133,11 +134,22 @@ def _prepare(ctx: Context) -> str:
     return "engine source refreshed (engine.prepare)"
 
 
+def _builder(ctx: Context, findings: list[Finding]) -> Builder | None:
+    """The unprivileged user who builds (engine/builder.py); None: this process builds."""
+    builder = builder_for(ctx.spec.server.user)
+    closed = builder and closed_to(builder, ctx.layout.releases)
+    if closed:
+        findings.append(Finding("warning", f"the engine was built as root: the build user {builder.name} cannot "
+                                           f"enter {closed}; let it (chmod o+x) to build unprivileged"))
+        return None
+    return builder
+
+
 def _build(ctx: Context, *, repo: EngineRepo, request: releases.BuildRequest, findings: list[Finding]) -> str:
     ctx.say(f"building {request.ref} into releases/{request.release_id} "
             f"(log: {ctx.layout.build_log(request.release_id)})")
     try:
-        ctx.release = releases.build(ctx.layout, repo, request)
+        ctx.release = releases.build(ctx.layout, repo, request, _builder(ctx, findings))
     except releases.BuildFailed as exc:
         raise RoleFailed(f"build failed: {exc}; the serving release is untouched (log: {exc.log})", exc.tail) from None
     except RepoError as exc:

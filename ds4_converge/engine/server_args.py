@@ -101,8 +101,10 @@ def distributed_args(distributed: Distributed) -> list[str]:
 def not_rendered(release: Release, server: Server) -> list[str]:
     """Settings left off the command line because this build always runs that way (said as a note, not refused)."""
     if server.power is not None and _runs_at_default(release, "--power", server.power):
-        return [f"server.power {server.power} is not passed: this ds4-server has no --power and always runs at "
-                f"full duty cycle (--power{_where_it_exists('--power')})"]
+        later = _engines_with("--power")
+        return [f"server.power {server.power} is not passed: this ds4-server (release {release.id}) has no --power "
+                "and always runs at full duty cycle"
+                + (f"; of the known engines only {' and '.join(later)} have --power" if later else "")]
     return []
 
 
@@ -112,9 +114,14 @@ def _runs_at_default(release: Release, flag: str, value: object) -> bool:
     return not release.supports(flag) and default is not None and value == default
 
 
+def _engines_with(flag: str) -> list[str]:
+    """The known engines that have `flag`, named for people."""
+    return [("the Entrpi fork" if n == FORK else f"upstream {n}") for n in versions_with_flag(flag)]
+
+
 def _where_it_exists(flag: str) -> str:
     """' (a flag of upstream b030961 and the Entrpi fork)': which known engines have it, for the message."""
-    names = [("the Entrpi fork" if n == FORK else f"upstream {n}") for n in versions_with_flag(flag)]
+    names = _engines_with(flag)
     if not names:
         return ""
     only = " only" if names == ["the Entrpi fork"] else ""

@@ -5,6 +5,10 @@
   ``nvidia-smi``; the probe status tells the two apart).
 * :class:`NvidiaDriver`: the header of plain ``nvidia-smi`` -> driver version and the
   highest CUDA version that driver supports ("CUDA Version: 13.0").
+* :class:`NvidiaComputeApps`: ``nvidia-smi --query-compute-apps=pid,process_name,used_memory``
+  -> the processes that hold a CUDA context (another tenant on the GPU, or the old engine).
+* :class:`NvidiaClocks`: ``nvidia-smi --query-gpu=index,clocks.sm,clocks.max.sm,power.draw,power.limit,pstate,
+  clocks_event_reasons.active`` -> :class:`GpuClocks` (is the platform itself slow: clocks held low, a throttle).
 """
 
 from __future__ import annotations
@@ -21,12 +25,21 @@ NO_DEVICES = "No devices were found"
 _NOT_AVAILABLE = {"[N/A]", "N/A", "[Not Supported]", "Not Supported", ""}
 
 
+#: compute capabilities of GPUs that share the host's memory: GB10 (DGX Spark)
+UNIFIED_MEMORY_CAPS = frozenset({Version(12, 1)})
+
+
 class Gpu(FrozenModel):
     index: int
     name: str
     #: ``Version(12, 1)`` for GB10, ``Version(9, 0)`` for H200; ``None`` if reported as N/A.
     compute_cap: Version | None
     driver_version: str | None
+
+    @property
+    def unified_memory(self) -> bool:
+        """Its memory is the host's (GB10): what the GPU holds, the host does not have."""
+        return self.compute_cap in UNIFIED_MEMORY_CAPS
 
 
 class DriverInfo(FrozenModel):
@@ -115,3 +128,139 @@ class NvidiaDriver(Fact[DriverInfo]):
 
     def default(self) -> DriverInfo:
         return DriverInfo()
+
+
+# ---------------------------------------------------------------------------------- who else is on the GPU
+
+
+class GpuProcess(FrozenModel):
+    pid: int
+    name: str
+    #: ``None`` where the driver does not report it (``[N/A]``, as on a unified-memory GB10).
+    used_memory_bytes: int | None = None
+
+
+_MIB = 1024 * 1024
+
+
+def _optional_number(text: str, what: str, line: str) -> float | None:
+    text = text.strip()
+    if text in _NOT_AVAILABLE:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise FactParseError(f"{what} is not a number in {line!r}") from None
+
+
+def parse_compute_apps(stdout: str) -> list[GpuProcess]:
+    """CSV lines ``pid, process_name, used_memory`` (MiB, ``nounits``) -> processes; none: ``[]``."""
+    if _is_no_devices(stdout):
+        return []
+    found: list[GpuProcess] = []
+    for line in stdout.splitlines():
+        if not line.strip() or line.strip().startswith("No running"):
+            continue
+        pid, sep, rest = line.partition(",")
+        name, sep2, memory = rest.rpartition(",")
+        if not (sep and sep2) or not pid.strip().isdigit():
+            raise FactParseError(f"not a pid,process_name,used_memory line: {line!r}")
+        mib = _optional_number(memory, "used_memory", line)
+        found.append(GpuProcess(pid=int(pid), name=name.strip(),
+                                used_memory_bytes=None if mib is None else int(mib * _MIB)))
+    return found
+
+
+@dataclass(frozen=True)
+class NvidiaComputeApps(Fact[list[GpuProcess]]):
+    ok_returncodes: ClassVar[frozenset[int] | None] = frozenset({0, NVSMI_NOT_FOUND})
+
+    def command(self) -> list[str]:
+        return ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"]
+
+    def parse(self, stdout: str) -> list[GpuProcess]:
+        return parse_compute_apps(stdout)
+
+    def default(self) -> list[GpuProcess]:
+        return []
+
+
+# ---------------------------------------------------------------------------- is the platform itself slow
+
+#: ``clocks_event_reasons.active`` bits (NVML's nvmlClocksEventReason*; drivers before 535 call the field
+#: ``clocks_throttle_reasons.active``, same bits). Idle, application clocks, sync boost and display clock
+#: are not slowdowns; the rest hold the clocks down whatever the engine does.
+EVENT_REASONS = {
+    0x1: "idle", 0x2: "applications clocks setting", 0x4: "software power cap", 0x8: "hardware slowdown",
+    0x10: "sync boost", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
+    0x80: "hardware power brake slowdown", 0x100: "display clock setting",
+}
+SLOWDOWN_REASONS = frozenset({"software power cap", "hardware slowdown", "software thermal slowdown",
+                              "hardware thermal slowdown", "hardware power brake slowdown"})
+
+
+class GpuClocks(FrozenModel):
+    index: int
+    sm_mhz: float | None = None
+    max_sm_mhz: float | None = None
+    power_draw_w: float | None = None
+    power_limit_w: float | None = None
+    #: ``"P0"`` (full performance) … ``"P12"``; ``None`` when not reported.
+    pstate: str | None = None
+    #: the active event reasons by name (``["idle"]``, ``["software power cap"]``).
+    reasons: list[str] = []
+
+    @property
+    def slowdowns(self) -> list[str]:
+        return [r for r in self.reasons if r in SLOWDOWN_REASONS]
+
+
+CLOCK_FIELDS = "index,clocks.sm,clocks.max.sm,power.draw,power.limit,pstate,clocks_event_reasons.active"
+
+
+def _reasons(text: str, line: str) -> list[str]:
+    text = text.strip()
+    if text in _NOT_AVAILABLE:
+        return []
+    try:
+        mask = int(text, 16)
+    except ValueError:
+        raise FactParseError(f"clocks_event_reasons.active is not a hex mask in {line!r}") from None
+    named = [name for bit, name in EVENT_REASONS.items() if mask & bit]
+    unknown = mask & ~sum(EVENT_REASONS)
+    return named + ([f"other (0x{unknown:x})"] if unknown else [])
+
+
+def parse_clocks_query(stdout: str) -> list[GpuClocks]:
+    """CSV lines of :data:`CLOCK_FIELDS` (``nounits``: MHz, W) -> one :class:`GpuClocks` per GPU."""
+    if _is_no_devices(stdout):
+        return []
+    found: list[GpuClocks] = []
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != 7 or not fields[0].isdigit():
+            raise FactParseError(f"not a {CLOCK_FIELDS} line: {line!r}")
+        index, sm, max_sm, draw, limit, pstate, reasons = fields
+        found.append(GpuClocks(
+            index=int(index), sm_mhz=_optional_number(sm, "clocks.sm", line),
+            max_sm_mhz=_optional_number(max_sm, "clocks.max.sm", line),
+            power_draw_w=_optional_number(draw, "power.draw", line),
+            power_limit_w=_optional_number(limit, "power.limit", line),
+            pstate=None if pstate in _NOT_AVAILABLE else pstate, reasons=_reasons(reasons, line)))
+    return found
+
+
+@dataclass(frozen=True)
+class NvidiaClocks(Fact[list[GpuClocks]]):
+    ok_returncodes: ClassVar[frozenset[int] | None] = frozenset({0, NVSMI_NOT_FOUND})
+
+    def command(self) -> list[str]:
+        return ["nvidia-smi", f"--query-gpu={CLOCK_FIELDS}", "--format=csv,noheader,nounits"]
+
+    def parse(self, stdout: str) -> list[GpuClocks]:
+        return parse_clocks_query(stdout)
+
+    def default(self) -> list[GpuClocks]:
+        return []

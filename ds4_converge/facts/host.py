@@ -6,12 +6,13 @@ import os
 import threading
 from typing import Sequence
 
+from ds4_converge.facts.addresses import HostAddresses
 from ds4_converge.facts.arch import Architecture
 from ds4_converge.facts.base import Fact, FactRunner, FrozenModel, Observation, Probe, ProbeStatus, observe
 from ds4_converge.facts.cuda import (DEFAULT_CUDA_GLOBS, DEFAULT_CUDA_LINK, CudaFacts, CudaLayoutProbe, NvccRelease, NvccVersion, assemble_cuda, nvcc_paths)
 from ds4_converge.facts.disk import DiskFree, DiskSpace, ExistingAncestors, assemble_disk
 from ds4_converge.facts.environ import BuildEnvironment
-from ds4_converge.facts.gpu import DriverInfo, Gpu, NvidiaDriver, NvidiaGpus
+from ds4_converge.facts.gpu import DriverInfo, Gpu, GpuClocks, GpuProcess, NvidiaClocks, NvidiaComputeApps, NvidiaDriver, NvidiaGpus
 from ds4_converge.facts.memory import Memory, MemoryInfo
 from ds4_converge.facts.port import Listener, port_holders
 from ds4_converge.facts.users import CurrentUser, Passwd, PasswdEntry
@@ -25,6 +26,10 @@ class HostFacts(FrozenModel):
     #: ``[]``: no GPU *or* no nvidia-smi; see ``probes`` / :meth:`status`.
     gpus: list[Gpu] = []
     driver: DriverInfo = DriverInfo()
+    #: the processes holding a CUDA context (the serving engine, or another tenant).
+    gpu_processes: list[GpuProcess] = []
+    #: per GPU: SM clock and its maximum, power, p-state and the active clock event (throttle) reasons.
+    gpu_clocks: list[GpuClocks] = []
     cuda: CudaFacts = CudaFacts()
     #: CUDA_HOME, NVCC, CUDA_ARCH, PATH, LD_LIBRARY_PATH... as the executor's commands see them.
     build_env: dict[str, str] = {}
@@ -35,11 +40,16 @@ class HostFacts(FrozenModel):
     disk_models: dict[str, DiskSpace] = {}
     port: int | None = None
     listeners: list[Listener] = []
+    #: Every IP address of this host's interfaces (``ip -j addr``); None: unknown (no ``ip``, older facts).
+    addresses: list[str] | None = None
     service_user: str | None = None
     service_passwd: PasswdEntry | None = None
     #: Port holders that this root's supervisord runs (its engine, what descends from it), when the facts were
     #: captured for a spec (``ds4-converge facts SPEC``); None: ask supervisord here.
     supervised_pids: list[int] | None = None
+    #: What those give back when stopped (anonymous, shared and pinned memory; GPU memory on a GB10), captured
+    #: with them: the room a switch on that host has beyond MemAvailable.
+    supervised_returned_bytes: int | None = None
     #: One entry per command run, keyed by fact key (``gpu.NvidiaGpus``,
     #: ``cuda.NvccVersion(path='/usr/bin/nvcc')``).
     probes: dict[str, Probe] = {}
@@ -145,7 +155,8 @@ def gather_host_facts(
     chains = {"cuda": cuda, "disks": disks, "user": user, "listeners": lambda: port_holders(port, run=rec),
               "arch": lambda: rec.value(Architecture()), "gpus": lambda: rec.value(NvidiaGpus()),
               "driver": lambda: rec.value(NvidiaDriver()), "build_env": lambda: rec.value(BuildEnvironment()),
-              "memory": lambda: rec.value(Memory())}
+              "memory": lambda: rec.value(Memory()), "addresses": lambda: rec.value(HostAddresses()),
+              "gpu_processes": lambda: rec.value(NvidiaComputeApps()), "gpu_clocks": lambda: rec.value(NvidiaClocks())}
     got = _side_by_side(chains)
     user_name, passwd = got["user"]
     disk = got["disks"]
@@ -153,6 +164,8 @@ def gather_host_facts(
         arch=got["arch"],
         gpus=got["gpus"],
         driver=got["driver"],
+        gpu_processes=got["gpu_processes"],
+        gpu_clocks=got["gpu_clocks"],
         cuda=got["cuda"],
         build_env=got["build_env"],
         memory=got["memory"],
@@ -161,6 +174,7 @@ def gather_host_facts(
         disk_models={d: disk[d] for d in dirs if d in disk},
         port=port,
         listeners=got["listeners"],
+        addresses=got["addresses"],
         service_user=user_name,
         service_passwd=passwd,
         probes=dict(sorted(rec.probes.items())),  # the same order whichever chain finished first

@@ -345,11 +345,16 @@ def headline(record: dict) -> float | None:
 
 def bench(ctx, options: BenchOptions, *, kind: str = "bench", say=lambda _m: None) -> dict:
     """Bench what runs now for `ctx`'s spec, append the record under root, and return it."""
+    from ds4_converge.health.platform import Sampler
+
     current = ctx.state.current
-    results, stats = measure(ctx.endpoint, options, say)
+    endpoint = current.endpoint if current and current.endpoint else ctx.endpoint  # what runs, as it was started
+    with Sampler() as gpu:  # clocks, power, throttle reasons and tenants while it runs (health/platform.py)
+        results, stats = measure(endpoint, options, say)
     record = make_record(kind=kind, release=current.release if current else None,
-                         command=current.command if current else [], endpoint=ctx.endpoint,
+                         command=current.command if current else [], endpoint=endpoint,
                          program_conf=current.program_conf if current else "", options=options,
                          results=results, stats=stats)
+    record["platform"] = gpu.record()
     append(ctx.layout.bench_results, record)
     return record

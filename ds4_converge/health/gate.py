@@ -2,8 +2,11 @@
 
 After the smoke answer and the soak, a short bench (one client, a ~512-token prompt) measures decode tok/s.
 `health.min_decode_tps` is an absolute floor; `health.max_regression` is the fraction it may lose against
-the decode tok/s recorded when last good passed the same gate. A release below either is refused (and so
-reverted, like an unhealthy one), with by how much it missed.
+the baseline: the old engine benched in the same run on the same box just before the switch (service/switch.py),
+else the decode tok/s recorded when last good passed the same gate. A release below either is refused (and so
+reverted, like an unhealthy one), with by how much it missed, unless the platform itself was slow while it was
+benched (health/platform.py: clocks held down, a throttle reason, another process on the GPU): then the verdict
+names the platform, and a release that may well be good is not reverted for it.
 """
 from __future__ import annotations
 
@@ -26,6 +29,15 @@ class TooSlow(Exception):
 class Verdict:
     decode_tps: float
     message: str  # for the run's report
+    platform_slow: tuple[str, ...] = ()  # the gate would have refused it, but the platform was slow: why
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The old engine, benched in this run just before the switch."""
+
+    release: str
+    decode_tps: float
 
 
 def enabled(health: Health) -> bool:
@@ -39,8 +51,9 @@ def decode_tps(record: dict) -> float:
     return value
 
 
-def judge(decode: float, health: Health, last_good: Deployment | None) -> Verdict:
-    """Pure: raise TooSlow, or say what passed."""
+def judge(decode: float, health: Health, last_good: Deployment | None, *, baseline: Baseline | None = None,
+          platform_slow: list[str] = ()) -> Verdict:
+    """Pure: raise TooSlow, or say what passed (or that the platform, not the release, was slow)."""
     problems, passed = [], [f"decode {decode:.2f} tok/s"]
     if health.min_decode_tps is not None:
         floor = health.min_decode_tps
@@ -51,18 +64,26 @@ def judge(decode: float, health: Health, last_good: Deployment | None) -> Verdic
         else:
             passed.append(f"floor {floor:g}")
     if health.max_regression is not None:
-        baseline = (last_good.bench or {}).get("decode_tps") if last_good else None
-        if baseline:
-            loss = 1 - decode / baseline
+        if baseline is not None:
+            against, reference = baseline.decode_tps, f"the old engine benched just now ({baseline.release}"
+        else:
+            against = (last_good.bench or {}).get("decode_tps") if last_good else None
+            reference = f"last good as recorded ({last_good.release}" if last_good else ""
+        if against:
+            loss = 1 - decode / against
             allowed = health.max_regression
             if loss > allowed:
-                problems.append(f"decode {decode:.2f} tok/s is {loss:.1%} slower than last good "
-                                f"({last_good.release}: {baseline:.2f} tok/s), more than health.max_regression "
-                                f"{allowed:.0%}: missed by {(loss - allowed) * 100:.1f} points")
+                problems.append(f"decode {decode:.2f} tok/s is {loss:.1%} slower than {reference}: {against:.2f} "
+                                f"tok/s), more than health.max_regression {allowed:.0%}: missed by "
+                                f"{(loss - allowed) * 100:.1f} points")
             else:
-                passed.append(f"{max(loss, 0):.0%} below last good's {baseline:.2f}, allowed {allowed:.0%}")
+                passed.append(f"{max(loss, 0):.0%} below {reference}: {against:.2f}), allowed {allowed:.0%}")
         else:
             passed.append("no recorded bench for last good, regression not checked")
+    if problems and platform_slow:
+        return Verdict(decode, "performance gate: " + "; ".join(problems) + "; but the platform itself was slow "
+                       f"while it was benched ({'; '.join(platform_slow)}): the release is not blamed and not "
+                       "reverted; fix the platform and bench again", tuple(platform_slow))
     if problems:
         raise TooSlow("; ".join(problems))
     return Verdict(decode, "performance gate passed: " + ", ".join(passed))

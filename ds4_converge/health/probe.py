@@ -1,12 +1,15 @@
 """Health is a ladder: process alive → /v1/models lists the model → a smoke answer is right → it stays so.
 
 ds4-server binds only after the model is loaded, so "connection refused" means "still loading" until the
-deadline; a process that exits, a wrong model list or a wrong answer fail at once.
+deadline; a process that exits, a wrong model list or a wrong answer fail at once. A distributed coordinator
+(b030961) binds before its workers have joined and answers every completion with HTTP 500 "distributed route
+incomplete: missing layer N" (`dist_coordinator_build_route_plan()`) until they have: not ready yet either.
 """
 from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import time
 from dataclasses import dataclass
@@ -36,6 +39,18 @@ LISTEN_POLL_S = 0.05
 #: looked at (one read of /proc): two XML-RPC calls every LISTEN_POLL_S cost supervisord and the tool more CPU than
 #: the engine can spare while it loads (on a small host they slowed the load down by a tenth of a second or more)
 SUPERVISOR_POLL_S = 1.0
+
+
+class RouteIncomplete(NotReady):
+    """A distributed coordinator whose workers do not cover every layer yet: it waits for them."""
+
+    def __init__(self, missing_layer: int):
+        super().__init__(f"distributed route incomplete: missing layer {missing_layer}")
+        self.missing_layer = missing_layer
+
+
+#: the coordinator's words for a completion it cannot route (ds4_distributed.c), inside an HTTP 500
+ROUTE_INCOMPLETE = re.compile(r"distributed route incomplete: missing layer (\d+)")
 
 
 class Unhealthy(Ds4Error):
@@ -69,6 +84,9 @@ class ProbeTarget:
     interval_s: float
     smoke: Smoke | None
     worker: Address | None = None  # a distributed worker's data port: no HTTP API, health from log and port
+    coordinator: Address | None = None  # a distributed coordinator's --listen: where its workers must connect
+    tool_call: bool = False  # health.tool_call: a tools request must come back as structured tool_calls
+    speculative: bool = False  # speculation on: the smoke again at concurrency >= 2 and temperature > 0
 
 
 def check_models(endpoint: str, timeout: float = 10) -> dict:
@@ -97,6 +115,9 @@ def smoke_test(endpoint: str, smoke: Smoke, timeout: float) -> str:
             "thinking": {"type": "disabled"}}
     try:
         status, text = request(endpoint, "POST", "/v1/chat/completions", timeout, body)
+        incomplete = ROUTE_INCOMPLETE.search(text) if status == 500 else None
+        if incomplete:
+            raise RouteIncomplete(int(incomplete.group(1)))
         if status != 200:
             raise Unhealthy(f"smoke completion failed: HTTP {status}: {text[:200]!r}")
         content = json.loads(text)["choices"][0]["message"].get("content") or ""
@@ -105,6 +126,73 @@ def smoke_test(endpoint: str, smoke: Smoke, timeout: float) -> str:
     if smoke.expect.lower() not in content.lower():
         raise Unhealthy(f"smoke answer {content.strip()[:120]!r} does not contain {smoke.expect!r}")
     return content
+
+
+TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "the city"}},
+                   "required": ["city"]}}}
+
+
+def tool_call_test(endpoint: str, timeout: float) -> dict:
+    """A request with a tools definition: the answer must be a structured tool_calls entry naming the function,
+    its arguments a JSON object. DSML (DeepSeek V4's tool-call markup) in the content means the runtime did not
+    parse it: an agent would see text, never a call."""
+    body = {"model": NON_THINKING_MODEL, "stream": False, "temperature": 0, "max_tokens": 256,
+            "thinking": {"type": "disabled"}, "tools": [TOOL],
+            "messages": [{"role": "user", "content": "What is the weather in Paris? Use the get_weather tool."}]}
+    try:
+        status, text = request(endpoint, "POST", "/v1/chat/completions", timeout, body)
+        if status != 200:
+            raise Unhealthy(f"tool-call smoke failed: HTTP {status}: {text[:200]!r}")
+        message = json.loads(text)["choices"][0]["message"]
+    except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise Unhealthy(f"tool-call smoke failed: {exc}") from None
+    calls = message.get("tool_calls") or []
+    if not calls:
+        content = (message.get("content") or "").strip()
+        what = "DSML as text (the runtime did not parse it)" if "DSML" in content or "invoke" in content \
+            else "text, no tool_calls"
+        raise Unhealthy(f"tool-call smoke: the answer is {what}: {content[:160]!r}")
+    function = calls[0].get("function") or {}
+    if function.get("name") != TOOL["function"]["name"]:
+        raise Unhealthy(f"tool-call smoke: the call names {function.get('name')!r}, not get_weather")
+    try:
+        arguments = json.loads(function.get("arguments") or "")
+    except (TypeError, ValueError):
+        arguments = None
+    if not isinstance(arguments, dict):
+        raise Unhealthy(f"tool-call smoke: the arguments are not a JSON object: {function.get('arguments')!r}")
+    return calls[0]
+
+
+#: speculation (MTP, DSpark) that corrupts output shows under concurrency and sampling, not in one greedy request
+SPECULATIVE_REQUESTS, SPECULATIVE_CONCURRENCY, SPECULATIVE_TEMPERATURE = 4, 2, 0.7
+
+
+def speculative_test(endpoint: str, smoke: Smoke, timeout: float) -> None:
+    """The smoke again, SPECULATIVE_REQUESTS times, two at a time, sampled: each answer must still be right."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(_):
+        body = {"model": NON_THINKING_MODEL, "messages": [{"role": "user", "content": smoke.prompt}],
+                "max_tokens": smoke.max_tokens, "stream": False, "temperature": SPECULATIVE_TEMPERATURE,
+                "thinking": {"type": "disabled"}}
+        try:
+            status, text = request(endpoint, "POST", "/v1/chat/completions", timeout, body)
+            content = json.loads(text)["choices"][0]["message"].get("content") or "" if status == 200 else None
+        except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError, TypeError) as exc:
+            return f"failed: {exc}"
+        if content is None:
+            return f"HTTP {status}: {text[:120]!r}"
+        return None if smoke.expect.lower() in content.lower() else f"answered {content.strip()[:120]!r}"
+
+    with ThreadPoolExecutor(SPECULATIVE_CONCURRENCY) as pool:
+        wrong = [w for w in pool.map(one, range(SPECULATIVE_REQUESTS)) if w]
+    if wrong:
+        raise Unhealthy(f"with speculation on, {len(wrong)} of {SPECULATIVE_REQUESTS} smoke requests at concurrency "
+                        f"{SPECULATIVE_CONCURRENCY} and temperature {SPECULATIVE_TEMPERATURE} went wrong "
+                        f"(expected {smoke.expect!r}): {wrong[0]}")
 
 
 def wait_healthy(target: ProbeTarget, watch: EngineWatch, *, soak: bool = True) -> int:
@@ -118,19 +206,26 @@ def wait_healthy(target: ProbeTarget, watch: EngineWatch, *, soak: bool = True) 
                            soak_s=target.soak_s if soak else 0)[0]
 
     started = time.monotonic()
-    asked = {"at": float("-inf"), "pid": None}
+    asked = {"at": float("-inf"), "pid": None, "first": None}
 
-    def alive() -> int:
+    def alive(*, loading: bool = False) -> int:
         if asked["pid"] and time.monotonic() - asked["at"] < SUPERVISOR_POLL_S and _running(asked["pid"]):
             return asked["pid"]
         state, pid, spawn_error = watch.state()
         if state not in ("RUNNING", "STARTING"):
             raise Unhealthy(_died(state, spawn_error, watch.exits(), watch.last_words()), watch.last_lines())
+        first = asked["first"] = asked["first"] or pid
+        if loading:
+            # an engine that exits after supervisord's start window is started again, and again: it is never
+            # BACKOFF or FATAL, only a new pid each time. One exit since this start is the crash it is.
+            ended = watch.exits()
+            if ended or (pid and first and pid != first):
+                raise Unhealthy(_restarted(first, pid, ended, watch.last_words()), watch.last_lines())
         asked.update(at=time.monotonic(), pid=pid)
         return pid
 
     def ready() -> int:
-        pid = alive()
+        pid = alive(loading=True)
         check_models(target.endpoint)
         if watch.state()[0] != "RUNNING":
             raise NotReady("answers, but supervisord has not counted it as started yet")
@@ -147,9 +242,15 @@ def wait_healthy(target: ProbeTarget, watch: EngineWatch, *, soak: bool = True) 
         pid = retrying(ready)
     except NotReady as exc:
         raise Unhealthy(f"not ready within {target.deadline_s:.0f}s ({exc})") from None
-    if target.smoke:
+    if target.coordinator is not None:
+        _wait_route(target, watch, alive, started)
+    elif target.smoke:
         remaining = max(30.0, target.deadline_s - (time.monotonic() - started))
         smoke_test(target.endpoint, target.smoke, timeout=remaining)
+        if target.speculative:
+            speculative_test(target.endpoint, target.smoke, timeout=remaining)
+    if target.tool_call:
+        tool_call_test(target.endpoint, timeout=max(30.0, target.deadline_s - (time.monotonic() - started)))
     if soak:
         soak_until = time.monotonic() + target.soak_s
         while time.monotonic() < soak_until:
@@ -170,6 +271,38 @@ def wait_healthy(target: ProbeTarget, watch: EngineWatch, *, soak: bool = True) 
     return pid
 
 
+def _wait_route(target: ProbeTarget, watch: EngineWatch, alive, started: float) -> None:
+    """A coordinator is ready once its workers complete the route: its smoke answers (without a smoke, a one-token
+    completion does; the real coordinator logs its route only with --debug). Until the deadline a missing layer
+    is a worker still on its way, not a verdict."""
+    while True:
+        alive()
+        try:
+            remaining = max(30.0, target.deadline_s - (time.monotonic() - started))
+            if target.smoke:
+                smoke_test(target.endpoint, target.smoke, timeout=remaining)
+            else:
+                check_route(target.endpoint, timeout=remaining)
+            return
+        except RouteIncomplete as exc:
+            missing = exc.missing_layer
+        if time.monotonic() - started > target.deadline_s:
+            raise Unhealthy(route_never_completed(missing, target.coordinator, target.deadline_s), watch.last_lines())
+        time.sleep(target.interval_s)
+
+
+def check_route(endpoint: str, timeout: float = 30) -> None:
+    """A running coordinator's route, as a client meets it: one one-token completion (status asks this; the real
+    coordinator says nothing in its log about workers joining or leaving unless run with --debug)."""
+    smoke_test(endpoint, Smoke.model_construct(prompt="Hi", expect="", max_tokens=1), timeout=timeout)
+
+
+def route_never_completed(missing: int, listen: Address, deadline_s: float) -> str:
+    return (f"the distributed route was not complete within {deadline_s:.0f}s: layers {missing} onwards never "
+            f"arrived; the worker whose range starts at layer {missing} (--layers {missing}:…) never joined this "
+            f"coordinator on {listen} (start it first; its distributed.coordinator must be {listen})")
+
+
 def _running(pid: int) -> bool:
     """The process exists and has not exited (a zombie waits for supervisord to reap it: it has exited)."""
     try:
@@ -183,6 +316,12 @@ def _died(state: str, spawn_error: str, ended: list[str], words: str) -> str:
     how = _times(ended) if ended else "no exit recorded"
     supervisor = f"supervisord: {state}" + (f", {spawn_error}" if spawn_error else "")
     return f"ds4-server exited ({how}; {supervisor})" + (f": {words}" if words else "")
+
+
+def _restarted(first: int | None, pid: int | None, ended: list[str], words: str) -> str:
+    how = _times(ended) if ended else "no exit recorded"
+    return (f"ds4-server exited ({how}; supervisord started it again, pid {first} → {pid}: a crash loop, not a "
+            f"slow load)") + (f": {words}" if words else "")
 
 
 def _times(ended: list[str]) -> str:

@@ -7,7 +7,7 @@ import shlex
 from ds4_converge.core.context import Context, Verdict
 from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.plan import Change, RoleFailed, RolePlan
-from ds4_converge.health import bench, gate, warmup, worker
+from ds4_converge.health import bench, gate, platform, warmup, worker
 from ds4_converge.health.probe import NotReady, ProbeTarget, Unhealthy, check_models, wait_healthy
 from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.service import start_log
@@ -23,10 +23,18 @@ SUMMARY = re.compile(r"^ds4-server: failed to create \S+ session")
 def target(ctx: Context) -> ProbeTarget:
     health = ctx.spec.health
     # what was started last (a revert starts last good, whatever the spec says now), else this spec's part
-    current, part = ctx.state.current, _worker(ctx)
-    listen = worker.listen_of(current.command) if current is not None else part.listen if part else None
+    current, part = ctx.state.current, ctx.spec.distributed
+    if current is not None:
+        listen = worker.listen_of(current.command)
+        coordinator = worker.listen_of(current.command, "coordinator")
+    else:
+        listen = part.listen if part and part.worker else None
+        coordinator = part.listen if part and not part.worker else None
     return ProbeTarget(endpoint=ctx.endpoint, deadline_s=health.deadline_s, soak_s=health.soak_s,
-                       interval_s=health.interval_s, smoke=None if listen else health.smoke, worker=listen)
+                       interval_s=health.interval_s, smoke=None if listen else health.smoke, worker=listen,
+                       tool_call=health.tool_call and not listen,
+                       speculative=ctx.spec.server.speculative.mode != "off" and not listen,
+                       coordinator=coordinator)
 
 
 class Watch:
@@ -90,7 +98,11 @@ def plan(ctx: Context) -> RolePlan:
     if part is not None:
         return _plan_worker(ctx, part)
     if needs_full_probe(ctx):
-        ladder = "/v1/models" + (", smoke answer" if health.smoke else "") + f", {health.soak_s:.0f}s soak"
+        ladder = "/v1/models" + (", smoke answer" if health.smoke else "")
+        ladder += ", the smoke at concurrency 2, sampled" if health.smoke and ctx.spec.server.speculative.mode != "off" \
+            else ""
+        ladder += ", a tool call" if health.tool_call else ""
+        ladder += f", {health.soak_s:.0f}s soak"
         ladder += ", performance gate" if gate.enabled(health) else ""
         ladder += f", {len(health.warmup)} warm-up prompt(s)" if health.warmup else ""
         return RolePlan(NAME, [Change(f"probe {ctx.endpoint}: {ladder}; record last good", action=_probe)],
@@ -117,12 +129,14 @@ def _plan_worker(ctx: Context, part) -> RolePlan:
         ladder = f"its log says it is loaded, its data port accepts, {ctx.spec.health.soak_s:.0f}s soak"
         return RolePlan(NAME, [Change(f"probe {where}: {ladder}; record last good", action=_probe)],
                         reason=f"probe the new {where}")
-    state, pid, _ = process_state(ctx).state()
+    watch = process_state(ctx)
+    state, pid, _ = watch.state()
     if state not in ("RUNNING", "STARTING"):
         raise RoleFailed(f"{where} is not running (supervisord: {state})")
-    if not worker.data_port_open(part.listen):
+    problem = worker.judge(worker.observe(watch.log_text(), part.listen))
+    if problem is not None:
         return RolePlan(NAME, [Change(f"wait up to {ctx.spec.health.deadline_s:.0f}s for {where}: ds4-server (pid "
-                                      f"{pid}) is {state.lower()} but its data port does not accept yet",
+                                      f"{pid}) is {state.lower()} but {problem}",
                                       action=_wait_again)], reason=f"wait for {where}")
     return RolePlan(NAME, reason=f"{where} runs (pid {pid}); last good is {ctx.state.last_good.release}")
 
@@ -153,7 +167,7 @@ def _probe(ctx: Context) -> str:
         measured, said = None, [f"worker up, {state.describe()}"]
     else:
         measured, said = performance_gate(ctx)
-        said += warm_up(ctx)
+        said += warm_up(ctx) + memory_plan(ctx)
     # the verdict: the orchestration has the switch commit it (last good recorded, guard disarmed, prune)
     ctx.verdict = Verdict(ctx.desired, pid, measured)
     return f"healthy (pid {pid})" + "".join(f"; {line}" for line in said)
@@ -167,12 +181,37 @@ def performance_gate(ctx: Context) -> tuple[dict | None, list[str]]:
     ctx.say("performance gate: a short bench of the new engine")
     try:
         record = bench.bench(ctx, gate.GATE_BENCH, kind="gate")
-        verdict = gate.judge(gate.decode_tps(record), health, ctx.state.last_good)
+        slow = platform.slow_reasons(record.get("platform"), _engine_pids(ctx))
+        verdict = gate.judge(gate.decode_tps(record), health, ctx.state.last_good, baseline=ctx.gate_baseline,
+                             platform_slow=slow)
     except (bench.BenchError, NotReady, Unhealthy) as exc:
         raise RoleFailed(f"release {ctx.desired.release} failed the performance gate's bench: {exc}") from None
     except gate.TooSlow as exc:
         raise RoleFailed(f"release {ctx.desired.release} is too slow: {exc}") from None
+    if verdict.platform_slow:
+        ctx.say(f"WARNING: {verdict.message}")
     return {"decode_tps": verdict.decode_tps, "at": record["at"]}, [verdict.message]
+
+
+def _engine_pids(ctx: Context) -> set[int]:
+    """The engine's process group: on the GPU it is no tenant."""
+    from ds4_converge.service import processes
+
+    pid = ctx.supervisor.running_pid(ctx.spec.server.name) if ctx.supervisor.is_running() else None
+    return set(processes.group_members(pid)) | {pid} if pid else set()
+
+
+def memory_plan(ctx: Context) -> list[str]:
+    """What the engine said it takes at this start (its "planned" / "context buffers" lines) beside the budget."""
+    from ds4_converge.models import budget
+
+    planned = budget.read_plan(process_state(ctx).log_text())
+    if planned is None or ctx.memory_estimate is None:
+        return []
+    level, message = budget.against_plan(planned, ctx.memory_estimate)
+    if level == "warn":
+        ctx.say(f"WARNING: {message}")
+    return [message]
 
 
 def warm_up(ctx: Context) -> list[str]:

@@ -26,6 +26,9 @@ STARTED = re.compile(r"distributed worker: layers (?P<layers>\S+) model_id=\S+ d
 CONNECTION = re.compile(r"distributed worker: (?:(?P<connected>connected to coordinator \S+)"
                         r"|(?P<retrying>unable to connect to .*; retrying)"
                         r"|(?P<lost>coordinator disconnected.*; reconnecting))")
+#: every start prints its memory plan before the worker's first line (ds4_server.c, CPU and CUDA alike): a
+#: worker that supervisord restarted is loading again from here, whatever its previous start said
+LOADING = re.compile(r"\bds4: memory: KV ")
 ANY_HOST = {"0.0.0.0", "*", "::", ""}
 POLL_S = 0.1
 
@@ -38,7 +41,7 @@ class WorkerState:
 
     def describe(self) -> str:
         if not self.started:
-            return "not started yet (loading)"
+            return "not started yet (loading)" + (f": {self.line}" if self.line else "")
         return ("connected to its coordinator" if self.connected else "not connected to its coordinator") + (
             f" ({self.line})" if self.line else "")
 
@@ -46,12 +49,13 @@ class WorkerState:
         return {"started": self.started, "connected": self.connected, "line": self.line}
 
 
-def listen_of(command: list[str]) -> Address | None:
-    """The data port of a worker's command line (`--role worker … --listen HOST PORT`); None: not a worker.
+def listen_of(command: list[str], role: str = "worker") -> Address | None:
+    """The --listen address of a distributed command line in this role (`--role worker … --listen HOST PORT`: a
+    worker's data port; `--role coordinator`: where its workers connect); None: not that role.
 
     A revert or rollback starts a recorded deployment, which may be a worker when the spec now says
     coordinator (or the other way round): its probe follows the command that runs, not the spec."""
-    if "--role" not in command or command[command.index("--role") + 1:][:1] != ["worker"]:
+    if "--role" not in command or command[command.index("--role") + 1:][:1] != [role]:
         return None
     at = command.index("--listen") if "--listen" in command else -1
     if at < 0 or len(command) < at + 3 or not command[at + 2].isdigit():
@@ -60,9 +64,12 @@ def listen_of(command: list[str]) -> Address | None:
 
 
 def read_state(log_text: str) -> WorkerState:
-    """What a worker's log (one start of it) says about it now."""
+    """What a worker's log says about it now (its last start: a restart by supervisord appends to the same log)."""
     started, connected, line = False, False, ""
     for text in log_text.splitlines():
+        if LOADING.search(text):
+            started, connected, line = False, False, ""
+            continue
         if STARTED.search(text):
             started, connected, line = True, False, text.strip()
             continue
@@ -82,6 +89,28 @@ def data_port_open(listen: Address, timeout: float = 1.0) -> bool:
         return False
 
 
+def observe(log_text: str, listen: Address) -> WorkerState:
+    """The worker now: its log and its data port together; one judgement for the probe, `status` and the fleet.
+
+    A log alone can be stale: a worker that supervisord restarts after a crash appends to the same log, and until
+    the new process prints its first lines the last one still says "connected" (on the H200 status said
+    connected while the new process loaded and nothing accepted on the data port). The data listener accepts for
+    as long as a loaded worker runs, connected or not (ds4_distributed.c), and binds only after the load: a worker
+    whose port refuses is loading, or gone, whatever its log said last."""
+    state = read_state(log_text)
+    if state.started and not data_port_open(listen):
+        return WorkerState(False, False, f"nothing accepts on its data port {listen}; its log's last word: "
+                                         f"{state.line}")
+    return state
+
+
+def judge(state: WorkerState) -> str | None:
+    """None when an observed worker is healthy (loaded and accepting), else why not."""
+    if state.started:
+        return None
+    return state.line or "its log never said it was loaded"
+
+
 def wait_worker(watch: EngineWatch, log_text, listen: Address, *, deadline_s: float, soak_s: float,
                 connected: bool = False) -> tuple[int, WorkerState]:
     """Wait until the worker is up (and connected, when asked), then that it stays alive for soak_s.
@@ -96,14 +125,12 @@ def wait_worker(watch: EngineWatch, log_text, listen: Address, *, deadline_s: fl
     until = time.monotonic() + deadline_s
     while True:
         pid = alive()
-        worker = read_state(log_text())
-        ready = worker.started and watch.state()[0] == "RUNNING" and data_port_open(listen)
-        if ready and (worker.connected or not connected):
+        worker = observe(log_text(), listen)
+        problem = judge(worker)
+        if problem is None and watch.state()[0] == "RUNNING" and (worker.connected or not connected):
             break
         if time.monotonic() > until:
-            why = (worker.describe() if worker.started else "its log never said it was loaded")
-            if worker.started and not data_port_open(listen):
-                why = f"nothing accepts on its data port {listen}"
+            why = problem or worker.describe()
             raise Unhealthy(f"worker not {'connected' if connected else 'up'} within {deadline_s:.0f}s: {why}",
                             watch.last_lines())
         time.sleep(POLL_S)

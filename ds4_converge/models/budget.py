@@ -1,19 +1,28 @@
 """Will the model set and context fit in host memory? Preflight arithmetic, before the engine is started.
 
 On a DGX Spark the GPU shares the host's memory: a model set that does not fit is not a clean error but the OOM
-killer or a host that stops answering, so we refuse up front. The engine's figures are in engine knowledge (kv):
+killer or a host that stops answering (NVIDIA/open-gpu-kernel-modules#1358), so we refuse up front. The engine's
+figures are in engine knowledge (kv, load):
   KV (startup "context buffers") = fixed raw SWA rows + ctx x (bytes_per_token + scratch_bytes_per_token)
-  weights are the GGUF file sizes (the whole file is mapped).
+  weights are the GGUF file sizes (the whole file is mapped; b030961's plan calls it "resident model").
+  On an integrated GPU (GB10) a load needs more than it keeps for a while (load.unified_load_margin).
+
+Two rooms are judged: the host's (MemTotal less what the OS keeps), and what is free at the moment it matters:
+MemAvailable, plus what the serving engine gives back when the switch stops it, less a reserve. What other
+programs hold is in the second only.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
 from ds4_converge.engine_knowledge import load as load_knowledge
-from ds4_converge.units import GIB, gib
+from ds4_converge.units import GIB, MIB, gib
 
 OS_HEADROOM_BYTES = 8 * GIB
+# left free of what MemAvailable says: the fork's --mem-floor-gb default (admissions leave 4 GB free)
+FREE_RESERVE_BYTES = 4 * GIB
 # the engine flag that serves a model larger than memory by streaming its weights from SSD (b030961 has it, on
 # Metal/CUDA/ROCm; 8d57664 does not): named to the user only where the release's --help lists it
 SSD_STREAMING = "--ssd-streaming"
@@ -31,13 +40,43 @@ class Budget:
     total: int
     kv_managed: bool      # the KV cache alone reaches the engine's managed-memory threshold
     managed_threshold: int
+    load_margin: int = 0  # more than `total`, held for a while during the load (unified memory), then returned
+
+    @property
+    def peak(self) -> int:
+        return self.total + self.load_margin
 
 
-def estimate(weights_bytes: int, ctx: int, drafter_bytes: int = 0, knowledge: dict | None = None) -> Budget:
-    """`weights_bytes`: main GGUF (+ MTP file if used); `drafter_bytes`: the DSpark drafter GGUF."""
+@dataclass(frozen=True)
+class Room:
+    """What the model set may take: the host's memory, and what is free now."""
+
+    total: int                    # MemTotal
+    available: int | None = None  # MemAvailable (None: an old kernel, or not known)
+    returned: int = 0             # what the serving engine gives back when the switch stops it
+    headroom: int = OS_HEADROOM_BYTES
+    reserve: int = FREE_RESERVE_BYTES
+
+    @property
+    def usable(self) -> int:
+        return self.total - self.headroom
+
+    @property
+    def free(self) -> int | None:
+        """What a new engine can take once the old one is gone; None when MemAvailable is unknown."""
+        if self.available is None:
+            return None
+        return self.available + self.returned - self.reserve
+
+
+def estimate(weights_bytes: int, ctx: int, drafter_bytes: int = 0, knowledge: dict | None = None,
+             unified: bool = False) -> Budget:
+    """`weights_bytes`: main GGUF (+ MTP file if used); `drafter_bytes`: the DSpark drafter GGUF; `unified`: the
+    GPU shares host memory (GB10), where a load takes more than it keeps (knowledge: load.unified_load_margin)."""
     if ctx <= 0 or weights_bytes < 0 or drafter_bytes < 0:
         raise ValueError(f"invalid memory estimate input: ctx={ctx}, weights={weights_bytes}, drafter={drafter_bytes}")
-    kv_facts = (knowledge or load_knowledge())["kv"]
+    knowledge = knowledge or load_knowledge()
+    kv_facts = knowledge["kv"]
     kv_cache = kv_facts["fixed_bytes"] + ctx * kv_facts["bytes_per_token"]
     kv = kv_cache + ctx * kv_facts["scratch_bytes_per_token"]
     return Budget(
@@ -49,17 +88,22 @@ def estimate(weights_bytes: int, ctx: int, drafter_bytes: int = 0, knowledge: di
         total=weights_bytes + kv + drafter_bytes,
         kv_managed=kv_cache >= kv_facts["managed_threshold_bytes"],
         managed_threshold=kv_facts["managed_threshold_bytes"],
+        load_margin=int(knowledge["load"]["unified_load_margin"] * (weights_bytes + drafter_bytes)) if unified else 0,
     )
 
 
-def judge(budget: Budget, mem_total_bytes: int, headroom_bytes: int = OS_HEADROOM_BYTES) -> tuple[Level, str]:
-    """('error', …) when it cannot fit, ('warn', …) when KV will fall back to managed memory, else ('ok', …)."""
-    usable = mem_total_bytes - headroom_bytes
-    numbers = _numbers(budget, mem_total_bytes, headroom_bytes)
-    managed = budget.kv_managed or _managed_by_reserve(budget, mem_total_bytes)
-    if budget.total > usable:
-        return "error", (f"does not fit: {numbers}; short by {gib(budget.total - usable)}. "
+def judge(budget: Budget, mem_total_bytes: int | Room, headroom_bytes: int = OS_HEADROOM_BYTES) -> tuple[Level, str]:
+    """('error', …) when it cannot fit the host or what is free now, ('warn', …) when KV will fall back to
+    managed memory, else ('ok', …); the numbers are in every verdict."""
+    room = mem_total_bytes if isinstance(mem_total_bytes, Room) else Room(mem_total_bytes, headroom=headroom_bytes)
+    numbers = _numbers(budget, room)
+    managed = budget.kv_managed or _managed_by_reserve(budget, room.total)
+    if budget.peak > room.usable:
+        return "error", (f"does not fit: {numbers}; short by {gib(budget.peak - room.usable)}. "
                          f"Lower ctx, drop the drafter or use a smaller quant")
+    if room.free is not None and budget.peak > room.free:
+        return "error", (f"does not fit in what is free now: {numbers}; short by {gib(budget.peak - room.free)}. "
+                         f"Other programs hold the rest: stop them, or lower ctx")
     if managed:
         return "warn", (f"fits, but the engine will put the KV cache in managed (migratable) memory, "
                         f"which is slower: {numbers}. Lower ctx to avoid it")
@@ -74,13 +118,19 @@ def _managed_by_reserve(budget: Budget, mem_total_bytes: int) -> bool:
     return budget.kv >= budget.managed_threshold and free_after_weights - budget.kv < reserve
 
 
-def _numbers(budget: Budget, mem_total_bytes: int, headroom_bytes: int) -> str:
+def _numbers(budget: Budget, room: Room) -> str:
     parts = [f"weights {gib(budget.weights)}", f"KV {gib(budget.kv)} (ctx {budget.ctx})"]
     if budget.drafter:
         parts.append(f"drafter {gib(budget.drafter)}")
-    return (f"{' + '.join(parts)} = {gib(budget.total)} needed, "
-            f"{gib(mem_total_bytes - headroom_bytes)} usable of {gib(mem_total_bytes)} RAM "
-            f"({gib(headroom_bytes)} kept for the OS)")
+    if budget.load_margin:
+        parts.append(f"{gib(budget.load_margin)} more while it loads (unified memory)")
+    said = (f"{' + '.join(parts)} = {gib(budget.peak)} needed, "
+            f"{gib(room.usable)} usable of {gib(room.total)} RAM ({gib(room.headroom)} kept for the OS)")
+    if room.free is not None:
+        returned = f" + {gib(room.returned)} the serving engine returns" if room.returned else ""
+        said += (f", {gib(room.free)} free now (MemAvailable {gib(room.available)}{returned} "
+                 f"- {gib(room.reserve)} kept free)")
+    return said
 
 
 def short_but_warned(message: str) -> str:
@@ -96,3 +146,62 @@ def streaming_hint(flags) -> str | None:
     return (f"the model set does not fit in memory (see models); this build has {SSD_STREAMING}, which streams "
             f"the weights from SSD instead of keeping them all resident (Metal/CUDA/ROCm): add it to "
             f"server.extra_args")
+
+
+# ------------------------------------------------------------------------- the engine's own plan, at each start
+
+# b030961: "ds4: memory: KV 0.46 GiB (raw 0.36 + compressed 0.11) + buffers 0.06 GiB + resident model 80.76 GiB
+# [+ …] = 81.29 GiB planned" (green on a TTY); both versions: "ds4-server: context buffers 752.00 MiB (ctx=32768, …"
+_PLANNED = re.compile(r"memory: KV (?P<kv>[\d.]+) GiB .*?\+ buffers (?P<buffers>[\d.]+) GiB \+ resident model "
+                      r"(?P<resident>[\d.]+) GiB.*?= (?:\x1b\[[\d;]*m)?(?P<total>[\d.]+) GiB planned")
+_CONTEXT_BUFFERS = re.compile(r"context buffers (?P<mib>[\d.]+) MiB \(ctx=(?P<ctx>\d+)")
+# the engine's plan above the estimate by more than this fraction and this many bytes is said as a warning: the
+# budget underestimates it (a few hundred MiB of raw rows at a small ctx is no news)
+PLAN_TOLERANCE = 0.05
+PLAN_SLACK_BYTES = GIB // 2
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What one start of the engine said it takes (bytes, as rounded in its log)."""
+
+    context_buffers: int | None = None  # KV + scratch, both versions
+    total: int | None = None            # b030961's plan: KV + buffers + resident model (+ streaming parts)
+    resident: int | None = None
+
+
+def read_plan(log_text: str) -> Planned | None:
+    """The last plan a start log holds (None: the engine said none, e.g. it died before)."""
+    plans = list(_PLANNED.finditer(log_text))
+    buffers = list(_CONTEXT_BUFFERS.finditer(log_text))
+    if not plans and not buffers:
+        return None
+    plan = plans[-1] if plans else None
+    return Planned(
+        context_buffers=int(float(buffers[-1]["mib"]) * MIB) if buffers else None,
+        total=int(float(plan["total"]) * GIB) if plan else None,
+        resident=int(float(plan["resident"]) * GIB) if plan else None)
+
+
+def against_plan(planned: Planned, budget: Budget) -> tuple[Level, str]:
+    """The engine's own figures beside the estimate: ('warn', …) when it plans more than the estimate allows."""
+    said, worst = [], 0.0
+
+    def over(engine: int, estimate: int) -> float:
+        excess = engine - estimate
+        return excess / estimate if excess > max(PLAN_TOLERANCE * estimate, PLAN_SLACK_BYTES) else 0.0
+
+    if planned.total is not None:
+        # the plan counts the resident tensor data only where the backend maps it for the device (0 on a CPU)
+        estimate = budget.kv + (budget.weights + budget.drafter if planned.resident else 0)
+        said.append(f"the engine planned {gib(planned.total)} (resident model {gib(planned.resident or 0)}), "
+                    f"the budget {gib(estimate)}")
+        worst = max(worst, over(planned.total, estimate))
+    if planned.context_buffers is not None:
+        said.append(f"context buffers {gib(planned.context_buffers)}, the budget's KV {gib(budget.kv)}")
+        worst = max(worst, over(planned.context_buffers, budget.kv))
+    verdict = "; ".join(said) + f" (ctx {budget.ctx})"
+    if worst:
+        return "warn", (f"memory: {verdict}: the engine takes {worst:.0%} more than the budget counted; the "
+                        f"budget's engine knowledge is behind this build")
+    return "ok", f"memory: {verdict}"

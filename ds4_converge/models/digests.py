@@ -156,7 +156,10 @@ def check_in_place(path: str | os.PathLike, *, sha256: str | None = None, size: 
     path = Path(path)
     expected_sha = normalise_sha256(sha256)
     if not path.is_file():
-        return False, "missing", None
+        from ds4_converge.core.file_kind import what_is
+
+        what = what_is(path)
+        return False, what if what.startswith("missing") else f"{what}, not a regular file", None
     actual_size = path.stat().st_size
     if size is not None and actual_size != size:
         return False, f"size is {actual_size} bytes, expected {size}", None

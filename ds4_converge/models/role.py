@@ -14,7 +14,7 @@ from ds4_converge.core.context import Context
 from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
 from ds4_converge.engine.server_args import ModelPaths
-from ds4_converge.models.budget import estimate, judge, short_but_warned
+from ds4_converge.models.budget import Room, estimate, judge, short_but_warned
 from ds4_converge.models.digests import check_in_place
 from ds4_converge.engine_knowledge import FORK, for_version, known_versions
 from ds4_converge.models.gguf import judge_files
@@ -47,7 +47,13 @@ def plan(ctx: Context) -> RolePlan:
             reasons.append(f"{want.slot}: {why}")
             continue
         if not want.fetch:
+            if not want.path.exists():
+                raise RoleFailed(f"model.{want.slot}: {want.path} does not exist, and the spec gives no source to "
+                                 "download it from")
             raise RoleFailed(f"model.{want.slot}: {want.path}: {why}; the file was not used")
+        if why.endswith("not a regular file") or why.startswith("missing ("):
+            raise RoleFailed(f"model.{want.slot}.dest: {want.path} is {why.removesuffix(', not a regular file')}: a "
+                             f"download cannot put the model there; remove it or name another dest")
         if want.path.exists() and str(want.path) in _in_use(ctx):
             raise RoleFailed(f"model.{want.slot}: {want.path} is used by a serving or last-good release and {why}; "
                              "download the new file under another name instead of overwriting it")
@@ -101,15 +107,18 @@ def _versions_to_judge_by(ctx: Context) -> list[str]:
 
 
 def budget_findings(ctx: Context) -> list[Finding]:
-    """Weights + KV for ctx + drafter against host RAM, with the numbers, whatever the verdict."""
+    """Weights + KV for ctx + drafter (+ what a load on unified memory takes for a while) against host RAM and
+    against what is free now (MemAvailable + what the serving engine returns), with the numbers, whatever the
+    verdict."""
     speculative = ctx.spec.server.speculative.mode
     sizes = {w.slot: _size(w) for w in wanted_files(ctx)}
     weights_slots = ["main"] + (["mtp"] if speculative == "mtp" else [])
     if any(sizes.get(s) is None for s in weights_slots) or (speculative == "dspark" and sizes.get("dspark") is None):
         return [Finding("info", "memory budget: model sizes are known once the files are downloaded")]
     budget = estimate(sum(sizes[s] for s in weights_slots), ctx.spec.server.ctx,
-                      drafter_bytes=sizes["dspark"] if speculative == "dspark" else 0)
-    level, message = judge(budget, _mem_total(ctx))
+                      drafter_bytes=sizes["dspark"] if speculative == "dspark" else 0, unified=_unified(ctx))
+    ctx.memory_estimate = budget
+    level, message = judge(budget, room(ctx))
     ctx.memory_short = None
     if level == "error" and ctx.spec.model.memory_budget == "warn":
         ctx.memory_short = message
@@ -128,6 +137,42 @@ def _mem_total(ctx: Context) -> int:
     if memory is not None and memory.total_bytes:
         return memory.total_bytes
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _unified(ctx: Context) -> bool:
+    gpus = getattr(ctx.facts, "gpus", None) or []
+    return bool(gpus) and gpus[0].unified_memory
+
+
+def room(ctx: Context) -> Room:
+    """The host's memory and what is free for the new engine: MemAvailable plus what the serving engine of this
+    root gives back when the switch stops it (facts captured elsewhere: what was captured with them)."""
+    memory = getattr(ctx.facts, "memory", None)
+    available = memory.available_bytes if memory is not None else None
+    return Room(_mem_total(ctx), available, serving_engine_bytes(ctx) if available is not None else 0)
+
+
+def serving_engine_bytes(ctx: Context) -> int:
+    """What our serving engine holds that MemAvailable does not count (service.processes.returned_bytes), and
+    on a unified-memory GPU what it holds there."""
+    facts = ctx.facts
+    if facts is None:
+        return 0
+    if facts.supervised_pids is not None:  # captured on another host: what was captured with the facts
+        return facts.supervised_returned_bytes or 0
+    holders = {listener.pid for listener in facts.listeners if listener.pid}
+    ours = ctx.supervisor.owns(holders) if holders and ctx.supervisor is not None else set()
+    return engine_bytes(facts, ours)
+
+
+def engine_bytes(facts, pids) -> int:
+    from ds4_converge.service import processes
+
+    if not pids:
+        return 0
+    on_gpu = sum(p.used_memory_bytes or 0 for p in facts.gpu_processes if p.pid in pids) \
+        if facts.gpus and facts.gpus[0].unified_memory else 0
+    return processes.returned_bytes(pids) + on_gpu
 
 
 def removal_changes(ctx: Context) -> list[Change]:

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from ds4_converge.errors import Ds4Error
 from ds4_converge.facts import HostFacts
 
@@ -54,10 +56,18 @@ def load(path: Path) -> Captured:
     facts = document.get("facts") if document.get("command") == "facts" else document
     try:
         host = HostFacts.model_validate(facts)
-    except ValueError as exc:
-        first = str(exc).splitlines()[:3]
-        raise NotFacts(f"--facts {path}: not host facts of this version of ds4-converge: {' '.join(first)}") from None
+    except ValidationError as exc:
+        raise NotFacts(f"--facts {path}: not host facts of this version of ds4-converge (write them with "
+                       f"`ds4-converge facts SPEC --json` on the target): {_problems(exc)}") from None
     return Captured(host, Path(path), document.get("hostname"), document.get("captured_at"), document.get("spec"))
+
+
+def _problems(exc: ValidationError, shown: int = 3) -> str:
+    """`port: Input should be a valid integer; arch: Field required`: each field by its path, the first few."""
+    errors = exc.errors(include_url=False)
+    said = [f"{'.'.join(map(str, e['loc'])) or 'the document'}: {e['msg']}" for e in errors[:shown]]
+    more = f" (and {len(errors) - shown} more)" if len(errors) > shown else ""
+    return "; ".join(said) + more
 
 
 def account(captured: Captured, wanted_user: str | None) -> tuple[str, str] | None:
@@ -96,3 +106,10 @@ def notes(captured: Captured, request: dict, wanted_user: str | None) -> tuple[l
         warnings.append("--facts: captured without a spec, so a holder of the port cannot be told from this root's "
                         "own engine")
     return said, warnings
+
+
+def returned_by(facts: HostFacts, pids) -> int:
+    """What this root's serving engine (pids) gives back when stopped, captured with the facts for a spec."""
+    from ds4_converge.models.role import engine_bytes
+
+    return engine_bytes(facts, set(pids))

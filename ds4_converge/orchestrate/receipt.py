@@ -25,6 +25,7 @@ import stat
 import time
 from pathlib import Path
 
+from ds4_converge.core.shell import CALLER_MAKE_ENV
 from ds4_converge.service.processes import start_time
 
 FORMAT = 2
@@ -36,7 +37,7 @@ MAX_SPEC_READ = 1 << 20  # above the loader's own cap: such a spec takes the ful
 # what changes between two identical invocations, or only how the report looks, without changing what a run does
 VOLATILE_ENV = frozenset({"_", "OLDPWD", "PWD", "SHLVL", "TERM", "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR",
                           "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK", "PYTEST_CURRENT_TEST",
-                          "WINDOWID", "XDG_SESSION_ID", "PS1"})
+                          "WINDOWID", "XDG_SESSION_ID", "PS1"}) | CALLER_MAKE_ENV  # make run's own: shell.py
 
 
 def user_cache() -> str | None:

@@ -128,7 +128,14 @@ def _run(ctx: Context, outcome: Outcome, roles: Sequence, revert, diff: bool) ->
                                done=changes)
             if ctx.check or not plan.changes:
                 break
-            ctx.before_change()
+            try:
+                ctx.before_change()
+            except Exception as exc:
+                if not outcome.changed:
+                    raise  # nothing was done yet: the caller's own refusal (a held lock, an untrusted root)
+                # a refusal after a role changed something (a release built): the report lists what was done
+                return _failed(ctx, outcome, roles, revert, role.NAME, RoleFailed(getattr(exc, "message", str(exc))),
+                               plan=None, diff=diff, done=changes)
             try:
                 messages.append(plans.apply(ctx, plan) + _commit(ctx))
             except Ds4Error as exc:

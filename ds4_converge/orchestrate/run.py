@@ -26,7 +26,7 @@ def run(ctx: Context, lock: Lock, *, check: bool, captured: captured_facts.Captu
     captured: plan against another host's facts (``--check --facts FILE``); preflight's line says which."""
     ctx.check = check
     if captured is not None:
-        ctx.facts = captured.facts
+        ctx.facts, ctx.facts_elsewhere = captured.facts, True
         _say_where_the_facts_came_from(ctx, captured)
     if not check and not ctx.layout.root.exists():
         # a box never converged: take the lock (creating ROOT) only right before the first change,

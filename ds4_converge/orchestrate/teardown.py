@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ds4_converge.core.context import Context
 from ds4_converge.core.shell import CommandFailed
+from ds4_converge.service import watchdog
 from ds4_converge.service.switch import stop_grace
 from ds4_converge.service.systemd import has_systemd, systemctl, unit_path
 
@@ -12,6 +13,7 @@ def stop(ctx: Context) -> bool:
     False when nothing ran under this root. The engine gets the grace a switch gives it (a distributed worker
     its short distributed.stop_grace_s, since it ignores the first SIGTERM)."""
     supervisor, name = ctx.supervisor, ctx.spec.server.name
+    watchdog.write_settings(ctx.layout, None)  # an ordered stop: nothing for the watchdog to bring back
     if not supervisor.is_running():
         return False
     supervisor.stop(name, grace=stop_grace(ctx.spec))

@@ -11,6 +11,7 @@ from ds4_converge.core.plan import Finding, RolePlan
 from ds4_converge.health.warmup import missing as missing_warmup
 from ds4_converge.models.placement import placements
 from ds4_converge.preflight import front, rules
+from ds4_converge.preflight.host_paths import service_identity, writable_dir_findings
 from ds4_converge.preflight.scope import model_bytes_needed
 from ds4_converge.units import GIB, MIB
 
@@ -46,6 +47,9 @@ def plan(ctx: Context) -> RolePlan:
     findings = rules.all_findings(spec, host, expand=ctx.host_path, our_pids=ours,
                                   cuda_home=str(cuda_home) if cuda_home else None, disk=disk)
     findings += [Finding("error", problem) for problem in untrusted]
+    if kv_dir and not ctx.facts_elsewhere:  # a path on this host, not on the host the facts were captured on
+        findings += writable_dir_findings("server.kv_disk_dir", kv_dir,
+                                          *service_identity(host.service_user, host.service_passwd))
     findings += [Finding("error", problem) for problem in
                  missing_warmup([path for field, path in paths.items() if field.startswith("health.warmup[")])]
     findings += front.findings(ctx)

@@ -11,7 +11,10 @@ change; a ``warning`` is printed and the run goes on; ``info`` says what was dec
                               none -> error naming ``cuda-compat-X-Y`` (unless ``toolchain.install_compat``)
 3. :func:`target_findings`   make target vs the GPU (cuda-spark only on GB10 = compute capability 12.1)
 4. :func:`power_findings`    ``server.power`` below 100 costs measured speed (warning)
-5. :func:`exposure_findings` a non-loopback host serves an API without authentication (warning)
+4b. :func:`speculation_findings` MTP drafts deeper than the exact verifier (warning);
+   :func:`context_findings` a ctx above the model's trained context is YaRN extension (info)
+5. :func:`exposure_findings` a non-loopback host serves an API without authentication (warning);
+                             :func:`bind_findings` an address no interface of this host has (error)
 6. :func:`path_findings`     ``~``/``$HOME``/``${VAR}`` expand on this host for the service user; unknown -> error
 7. :func:`port_findings`     the port held by a process that is not our engine (error, PID and command)
 8. :func:`disk_findings`     free disk for the build and downloads (the memory budget is checked by the
@@ -230,6 +233,24 @@ def speculation_findings(spec: Spec, knowledge: Mapping | None = None) -> list[F
                         f"{mtp['strict_env']}: \"1\" in server.env for the exact verifier (no speed win)")]
 
 
+def context_findings(spec: Spec, knowledge: Mapping | None = None) -> list[Finding]:
+    """A ctx above the trained context is served by YaRN extension: said, not refused."""
+    return [Finding("info", note) for note in [context_note(spec.server.ctx, knowledge)] if note]
+
+
+def context_note(ctx: int, knowledge: Mapping | None = None) -> str | None:
+    knowledge = knowledge or load_knowledge()
+    context = knowledge["context"]
+    trained = knowledge["gguf"]["main_model"]["keys"][context["trained_key"]]["value"]
+    if ctx <= trained:
+        return None
+    measured = context["measured_tokens"]
+    return (f"server.ctx {ctx} is above the model's trained context of {trained} tokens "
+            f"(rope.scaling.original_context_length): what lies beyond it is YaRN extension; "
+            f"{measured // 1024}K has been measured serving on a DGX Spark (the KV in managed memory, decode "
+            f"about as fast), but answers that lean on far context are not what training saw")
+
+
 # ------------------------------------------------------------------------------------- rule 5: exposure
 
 
@@ -248,6 +269,18 @@ def exposure_findings(spec: Spec) -> list[Finding]:
                                f"authentication: anyone who reaches port {spec.server.port} can use it",
                     fix="bind 127.0.0.1 behind an authenticating proxy, or set server.expose: true "
                         "to acknowledge")]
+
+
+def bind_findings(spec: Spec, facts: HostFacts) -> list[Finding]:
+    """server.host must be an address of this host (or any, or loopback): the engine cannot bind another one, and
+    would only log it while the probe waits out its deadline."""
+    host = spec.server.host
+    if is_loopback(host) or host == "0.0.0.0" or facts.addresses is None or host in facts.addresses:
+        return []
+    mine = [a for a in facts.addresses if ":" not in a]
+    return [Finding("error", f"server.host {host}: no interface of this host has this address (it has "
+                             f"{', '.join(mine) or 'no IPv4 address'}): ds4-server could not bind it",
+                    fix="bind 127.0.0.1, 0.0.0.0 (every interface) or one of this host's addresses")]
 
 
 # ------------------------------------------------------------------------------------------ rule 6: paths
@@ -414,7 +447,8 @@ def all_findings(spec: Spec, facts: HostFacts, *, expand: Expander | None = None
     toolkit, selection = select_toolkit(spec, facts, cuda_home=cuda_home)
     findings = [*selection, *nvcc_findings(spec, facts, toolkit), *compat_findings(spec, facts, toolkit),
                 *target_findings(spec, facts), *power_findings(spec, knowledge),
-                *speculation_findings(spec, knowledge), *exposure_findings(spec),
+                *speculation_findings(spec, knowledge), *context_findings(spec, knowledge), *exposure_findings(spec),
+                *bind_findings(spec, facts),
                 *path_findings(spec, expand or facts_expander(facts)), *port_findings(spec, facts, our_pids),
                 *disk_findings(facts, disk if disk is not None else disk_needs(facts))]
     return findings

@@ -40,7 +40,7 @@ def _q(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid YAML double-quoted scalar
 
 
-def _pick_ctx(memory_total: int | None) -> tuple[int, bool, str]:
+def _pick_ctx(memory_total: int | None, unified: bool = False) -> tuple[int, bool, str]:
     """Largest ctx whose memory budget (q2 weights + KV) fits; (ctx, fits, judgement)."""
     if memory_total is None:
         return CTX_CHOICES[-1], False, "host memory is unknown"
@@ -48,20 +48,22 @@ def _pick_ctx(memory_total: int | None) -> tuple[int, bool, str]:
 
     fallback = None
     for ctx in CTX_CHOICES:
-        level, message = memory_budget.judge(memory_budget.estimate(Q2_IMATRIX_BYTES, ctx), memory_total)
+        level, message = memory_budget.judge(memory_budget.estimate(Q2_IMATRIX_BYTES, ctx, unified=unified),
+                                             memory_total)
         if level == "ok":
             return ctx, True, message
         if level == "warn" and fallback is None:
             fallback = (ctx, True, message)
     if fallback:
         return fallback
-    level, message = memory_budget.judge(memory_budget.estimate(Q2_IMATRIX_BYTES, CTX_CHOICES[-1]), memory_total)
+    level, message = memory_budget.judge(memory_budget.estimate(Q2_IMATRIX_BYTES, CTX_CHOICES[-1], unified=unified),
+                                         memory_total)
     return CTX_CHOICES[-1], False, message
 
 
 def starter_spec(host: HostFacts, *, port: int = 8000, as_root: bool = True) -> Starter:
     """A commented starter spec for ``host`` (pure)."""
-    from ds4_converge.preflight.rules import GB10, sm_arch
+    from ds4_converge.preflight.rules import GB10, context_note, sm_arch
 
     notes: list[str] = []
     gpu = host.gpus[0] if host.gpus else None
@@ -79,15 +81,18 @@ def starter_spec(host: HostFacts, *, port: int = 8000, as_root: bool = True) -> 
         target, arch = "cuda-generic", None
         notes.append(f"{gpu.name} reports no compute capability: make cuda-generic (CUDA_ARCH=native)")
     total = host.memory.total_bytes if host.memory else None
-    ctx, fits, judgement = _pick_ctx(total)
+    ctx, fits, judgement = _pick_ctx(total, unified=gpu is not None and gpu.unified_memory)
     notes.append(f"q2 imatrix (~81 GiB) at ctx {ctx}: {judgement}")
+    beyond_training = context_note(ctx)
+    if beyond_training:
+        notes.append(beyond_training)
 
     lines = [f"# Starter spec written by `ds4-converge init` from this host's facts: {host.arch or 'unknown arch'}, "
              f"{gpu.name if gpu else 'no GPU'}, {gib(total)} RAM.",
              "# Check it with `ds4-converge SPEC --check`; every value is documented by `ds4-converge schema`."]
     if not fits:
         lines.append(f"# WARNING: the model will not fit in this host's memory ({judgement}).")
-        lines.append("# DeepSeek-V4-Flash q2 needs about 90 GiB of RAM (unified memory on a DGX Spark); "
+        lines.append("# DeepSeek-V4-Flash q2 needs what the line above says, in RAM (unified memory on a DGX Spark); "
                      "converge will refuse to start it here.")
     lines += ["engine:",
               f"  repo: {_q(ENGINE_REPO)}",
@@ -106,7 +111,8 @@ def starter_spec(host: HostFacts, *, port: int = 8000, as_root: bool = True) -> 
               "  host: 127.0.0.1  # ds4-server has no authentication: keep it on loopback",
               f"  port: {port}",
               f"  ctx: {ctx}" + ("  # the largest of 262144/131072/65536/32768 that fits in memory" if fits
-                                 else "  # does not fit anyway: see the warning above"),
+                                 else "  # does not fit anyway: see the warning above")
+              + ("; above the trained 65536: YaRN extension" if beyond_training else ""),
               "  # power: 100  # below 100 costs speed: 11.5 instead of 15.3 tok/s at 75",
               "  speculative: {mode: \"off\"}",
               "paths:",

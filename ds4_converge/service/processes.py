@@ -77,3 +77,34 @@ def cmdline(pid: int) -> list[bytes]:
         return (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
     except OSError:
         return []
+
+
+# what a stopped process gives back that MemAvailable does not already count: its anonymous and shared memory,
+# and the pages it pinned (cudaHostRegister pins the model mapping: VmPin); its clean file pages are page cache,
+# which MemAvailable counts already
+RETURNED_FIELDS = ("RssAnon", "RssShmem", "VmPin")
+
+
+def parse_returned_bytes(text: str) -> int:
+    """`/proc/PID/status` -> bytes of RETURNED_FIELDS (kB lines); 0 when none is there (a kernel thread)."""
+    total = 0
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key in RETURNED_FIELDS:
+            parts = rest.split()
+            if parts and parts[0].isdigit():
+                total += int(parts[0]) * 1024
+    return total
+
+
+def returned_bytes(pids: Iterable[int]) -> int:
+    """What these processes and the members of their process groups give back when they stop."""
+    groups = {p.pgid for p in map(read, pids) if p is not None}
+    members = {pid for pgid in groups for pid in group_members(pgid)} | set(pids)
+    total = 0
+    for pid in members:
+        try:
+            total += parse_returned_bytes((PROC / str(pid) / "status").read_text())
+        except OSError:
+            continue
+    return total

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.errors import Ds4Error
-from ds4_converge.service.supervisor import IGNORES_FIRST_TERM, guard_argv
+from ds4_converge.service.supervisor import IGNORES_FIRST_TERM, guard_argv, watchdog_argv
 
 # configparser (as supervisor sets it up) starts an inline comment at ';' or '#' after whitespace
 INLINE_COMMENT = re.compile(r"(?<=\s)(?=[;#])")
@@ -126,7 +126,8 @@ def supervisord_conf(layout: Layout, *, nodaemon: bool = False, front: list[str]
     return _via(cache, "supervisord.conf.j2", dict(
         socket=layout.socket, logs=layout.logs, logfile=layout.supervisord_log, pidfile=layout.supervisord_pid,
         root=layout.root, programs=layout.program_dir, nodaemon=nodaemon,
-        guard=command_line(guard_argv(layout.root)), front=command_line(front) if front else ""))
+        guard=command_line(guard_argv(layout.root)), watchdog=command_line(watchdog_argv(layout.root)),
+        front=command_line(front) if front else ""))
 
 
 def render_front(values: dict, cache: RenderCache | None = None) -> str:
@@ -135,14 +136,14 @@ def render_front(values: dict, cache: RenderCache | None = None) -> str:
 
 
 def program_conf(*, name: str, release: str, argv: list[str], directory: str, log: str, user: str | None,
-                 stop_wait_s: int, ignores_first_term: bool = False, environment: str = "",
+                 stop_wait_s: int, ignores_first_term: bool = False, environment: str = "", watchdog: bool = True,
                  cache: RenderCache | None = None) -> str:
     """ignores_first_term: a ds4 distributed worker; the supervisor sends it a SIGTERM before its stop.
     `environment`: supervisord's environment= value, already quoted (sealed secrets, service/secrets.py)."""
     return _via(cache, "program.conf.j2", dict(
         name=name, release=release, command=command_line(argv), directory=directory, log=log, user=user,
         stop_wait_s=stop_wait_s, ignores_first_term=IGNORES_FIRST_TERM if ignores_first_term else "",
-        environment=Quoted(environment)))
+        environment=Quoted(environment), watchdog=watchdog))
 
 
 def systemd_unit(*, name: str, command: str, stop_wait_s: int, cache: RenderCache | None = None) -> str:

@@ -21,7 +21,7 @@ from ds4_converge.core.state import Deployment
 from ds4_converge.models.gguf import judge_files
 from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
 from ds4_converge.models.placement import SLOTS
-from ds4_converge.service import front, render, secrets, switch, systemd
+from ds4_converge.service import front, render, secrets, switch, systemd, watchdog
 from ds4_converge.service.supervisor import SupervisorError, supervisord_argv
 
 NAME = "service"
@@ -60,7 +60,7 @@ def _deployment(ctx: Context, server, endpoint: str) -> Deployment:
                                    directory=str(ctx.release.path), log=str(ctx.layout.engine_log(server.name)),
                                    user=server.user, stop_wait_s=switch.stop_grace(ctx.spec),
                                    ignores_first_term=worker, environment=secrets.environment_line(hidden),
-                                   cache=ctx.renders)
+                                   watchdog=switch.watched(ctx), cache=ctx.renders)
     except render.UnsafeValue as exc:
         raise RoleFailed(f"cannot render the program config: {exc}") from None
     files = [str(p) for p in (getattr(ctx.models, slot) for slot in SLOTS) if p]
@@ -146,12 +146,14 @@ def plan(ctx: Context) -> RolePlan:
     # STARTING, or RUNNING but still loading: supervisord is (re)starting it; the probe waits for it
     pid = info["pid"] if info and info["statename"] in ("RUNNING", "STARTING") else None
     current_conf = secrets.seal(_read(layout.program_conf(name)), layout)
+    first = current_conf is None and pid is None  # nothing ran under this root: a first start, in check mode too
     # stale programs go before the switch: they would run beside ours
     changes += [Change(f"remove program {p.stem} (renamed to {name})", before=_read(p), restarts=True,
                        action=partial(_remove_program, path=p, running=running)) for p in stale_programs(ctx)]
     if ctx.release is None:
         # check mode before the build: the exact command line is known only once the binary lists its flags
-        changes.append(Change(f"restart {name} on release {ctx.build.release_id}", current_conf,
+        verb = "start" if first else "restart"
+        changes.append(Change(f"{verb} {name} on release {ctx.build.release_id}", current_conf,
                               "(command line rendered after the build, from the flags ds4-server --help lists)\n",
                               restarts=True))
     else:
@@ -170,12 +172,26 @@ def plan(ctx: Context) -> RolePlan:
             changes.append(Change(f"start {name} (not running)" if pid is None else f"restart {name}",
                                   restarts=True, action=partial(_switch, deployment=ctx.desired)))
     ctx.restart_needed = any(c.restarts for c in changes)
+    if ctx.release is not None and not ctx.restart_needed:
+        changes += watch_changes(ctx)  # a restart's commit tells the watchdog itself (service/switch.py)
     findings = list(notes)  # a port held by someone else is preflight's finding (from the facts); apply re-checks
     if ctx.release is not None:
         findings += [Finding("info", note) for note in not_rendered(ctx.release, ctx.spec.server)]
     reason = (f"{name} runs release {ctx.release.id} (pid {pid}), config unchanged" if not changes
+              else f"start {name} (first start)" if first and ctx.restart_needed
               else f"{'restart' if ctx.restart_needed else 'update'} {name}")
     return RolePlan(NAME, changes, reason=reason, findings=findings)
+
+
+def watch_changes(ctx: Context) -> list[Change]:
+    """health.watchdog changed while the engine did not: what the watchdog watches is written anew."""
+    if ctx.state.last_good is None or not ctx.desired.same_config(ctx.state.last_good):
+        return []
+    path = watchdog.settings_path(ctx.layout)
+    before, after = _read(path), switch.watch_text(ctx)
+    if (before or None) == after:
+        return []
+    return [Change(str(path), before or None, after, action=lambda c: switch.watch_last_good(c) or "")]
 
 
 def port_findings(ctx: Context, port: int | None = None) -> list[Finding]:

@@ -63,6 +63,14 @@ def guard_argv(root: Path) -> list[str]:
     return [this_python(), "-m", "ds4_converge.service.guard", str(root)]
 
 
+WATCHDOG = "ds4c.watchdog"  # service/watchdog.py (not imported here: the no-op path stays lean)
+
+
+def watchdog_argv(root: Path) -> list[str]:
+    """The watchdog between runs (service/watchdog.py), run by supervisord like the guard."""
+    return [this_python(), "-m", "ds4_converge.service.watchdog", str(root)]
+
+
 KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "HOME", "USER", "LOGNAME")
 
 
@@ -316,24 +324,25 @@ class Supervisor:
         self._rpc().signalProcess(name, sig)
 
     def ensure_guard(self) -> None:
-        """Make sure supervisord runs the switch guard: a supervisord started from an older supervisord.conf
-        learns it from the file now (re-read, added), and a guard that is not running is started."""
+        """Make sure supervisord runs the switch guard and the watchdog: a supervisord started from an older
+        supervisord.conf learns them from the file now (re-read, added), and one that is not running is started."""
         rpc = self._rpc()
         added, changed, removed = rpc.reloadConfig()[0]
-        if GUARD in changed or GUARD in removed:
-            self.stop(GUARD, grace=10)
-            rpc.removeProcessGroup(GUARD)
-        if GUARD in added or GUARD in changed:
-            rpc.addProcessGroup(GUARD)
-        info = self.info(GUARD)
-        if info is None:
-            raise SupervisorError(f"supervisord has no {GUARD} program: {self.layout.supervisord_conf} is stale")
-        if info["statename"] not in ("RUNNING", "STARTING"):
-            try:
-                rpc.startProcess(GUARD, True)
-            except xmlrpc.client.Fault as fault:
-                if fault.faultCode != _faults().ALREADY_STARTED:
-                    raise SupervisorError(f"cannot start {GUARD}: {fault.faultString}") from None
+        for name in (GUARD, WATCHDOG):
+            if name in changed or name in removed:
+                self.stop(name, grace=10)
+                rpc.removeProcessGroup(name)
+            if name in added or name in changed:
+                rpc.addProcessGroup(name)
+            info = self.info(name)
+            if info is None:
+                raise SupervisorError(f"supervisord has no {name} program: {self.layout.supervisord_conf} is stale")
+            if info["statename"] not in ("RUNNING", "STARTING"):
+                try:
+                    rpc.startProcess(name, True)
+                except xmlrpc.client.Fault as fault:
+                    if fault.faultCode != _faults().ALREADY_STARTED:
+                        raise SupervisorError(f"cannot start {name}: {fault.faultString}") from None
 
     def await_autostart(self, name: str, timeout: float = 10) -> None:
         """Right after supervisord started: wait until it has spawned `name` (autostart), start it if it has not."""

@@ -22,8 +22,12 @@ from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.engine_http import request
 from ds4_converge.core.state import Deployment
 from ds4_converge.engine.release import prune
-from ds4_converge.service import drain, front, guard, secrets, start_log
+from ds4_converge.engine_knowledge import load as load_knowledge
+from ds4_converge.service import drain, front, guard, memory_back, secrets, start_log, watchdog
 from ds4_converge.service.render import read_program_conf
+
+MODEL_ID = load_knowledge()["model_id"]
+
 
 def write_program(ctx: Context, deployment: Deployment) -> None:
     """The program file with its secrets, 0600; their values kept for last good and rollback's target too."""
@@ -79,12 +83,40 @@ def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -
     crash_point(f"{step}intent")
     ctx.supervisor.stop(name, grace=grace)
     crash_point(f"{step}old-stopped")
+    if reason == "switch":
+        _await_memory(ctx)
     _install(ctx, deployment, step)
     ctx.say(f"starting {name} on release {deployment.release}")
     ctx.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
     ctx.supervisor.load(name)
     if reason == "switch":
         crash_point("new-started")
+
+
+def bench_baseline(ctx: Context) -> None:
+    """With a regression gate, the old engine is benched now, on this box, before it is stopped: the new one is
+    judged against that, not against a figure from another session (health/gate.py). Nothing is stopped yet,
+    so a bench that fails only leaves the gate its recorded figure."""
+    from ds4_converge.health import bench, gate
+
+    current = ctx.state.current
+    if ctx.spec.health.max_regression is None or current is None or not _answers(current.endpoint or ctx.endpoint):
+        return
+    ctx.say(f"performance gate: benching the serving engine ({current.release}) as the baseline")
+    try:
+        ctx.gate_baseline = gate.Baseline(current.release, gate.decode_tps(
+            bench.bench(ctx, gate.GATE_BENCH, kind="baseline")))
+    except bench.BenchError as exc:
+        ctx.say(f"the baseline bench failed ({exc}): the gate uses last good's recorded figure")
+
+
+def _await_memory(ctx: Context) -> None:
+    """The new engine starts only into memory that is back (service/memory_back.py); model.memory_budget: warn
+    says the numbers and goes on, as its plan did."""
+    budget = ctx.memory_estimate
+    if budget is None or ctx.spec.model.memory_budget != "enforce":
+        return
+    memory_back.wait_until_back(budget.peak + memory_back.FREE_RESERVE_BYTES, say=ctx.say)
 
 
 def _install(ctx: Context, deployment: Deployment, step: str = "") -> None:
@@ -98,6 +130,7 @@ def _install(ctx: Context, deployment: Deployment, step: str = "") -> None:
 
 def switch(ctx: Context, deployment: Deployment) -> None:
     """The service role's switch with supervisord up: from here a failure reverts to last good."""
+    bench_baseline(ctx)
     ctx.switched = True
     switch_to(ctx, deployment.stamped())
 
@@ -126,12 +159,38 @@ def commit(ctx: Context, verdict: Verdict) -> str:
     expose(ctx, verdict.deployment)
     ctx.state.bless(replace(verdict.deployment.stamped(), bench=verdict.bench))
     ctx.state.save(ctx.layout.state_file)
+    watch_last_good(ctx)
     guard.disarm(ctx.layout)  # proven and recorded: the switch is settled, the guard has nothing to bring back
     crash_point("blessed")
     # only now is the rollback target known for sure; releases outside it and keep_releases can go
     removed = prune(ctx.layout, ctx.spec.engine.keep_releases, ctx.state.releases_in_use())
     return (f"release {verdict.deployment.release} is now last good"
             + (f"; removed old release(s) {', '.join(removed)}" if removed else ""))
+
+
+def watched(ctx: Context) -> bool:
+    """The watchdog watches this spec's engine (a distributed worker has no HTTP API to ask)."""
+    d = ctx.spec.distributed
+    return ctx.spec.health.watchdog.enabled and not (d is not None and d.worker)
+
+
+def watch_last_good(ctx: Context) -> None:
+    """From a commit on, the watchdog watches the engine just proven (service/watchdog.py)."""
+    watchdog.write_settings(ctx.layout, _watch_settings(ctx))
+
+
+def watch_text(ctx: Context) -> str | None:
+    """What watch_last_good would write (None: no file), for a plan to compare."""
+    settings = _watch_settings(ctx)
+    return watchdog.settings_text(settings) if settings else None
+
+
+def _watch_settings(ctx: Context):
+    return watchdog.Settings.of(ctx.spec, verdict_endpoint(ctx), MODEL_ID) if watched(ctx) else None
+
+
+def verdict_endpoint(ctx: Context) -> str:
+    return ctx.state.last_good.endpoint if ctx.state.last_good else ctx.endpoint
 
 
 @dataclass(frozen=True)

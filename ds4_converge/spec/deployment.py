@@ -6,7 +6,10 @@ Pure: the specs in, the problems out (empty: they fit). What is checked, and why
 - the layer ranges cover every layer exactly once, from the coordinator's layer 0 to the output head (ds4's
   coordinator otherwise waits for ever: "route incomplete; next needed layer N");
 - every box runs the same engine commit and the same model file, by digest: the workers exchange hidden states
-  layer by layer, so another build or another quantisation would compute garbage, not fail.
+  layer by layer, so another build or another quantisation would compute garbage, not fail;
+- every worker's server.ctx is at least the coordinator's: the real coordinator refuses a smaller one at each
+  connection ("coordinator error: worker context too small: worker=8192 coordinator=16384", seen on an H200),
+  and the route stays incomplete.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ def check(boxes: list[Box], layers: int | None = None) -> list[str]:
         problems.append("a deployment needs at least one worker")
     if len(coordinators) == 1:
         problems += _addresses(coordinators[0], workers)
+        problems += _contexts(coordinators[0], workers)
     problems += _coverage(parts, layers)
     problems += _same(boxes, "engine commit", _engine_commit)
     problems += _same(boxes, "model (model.main.sha256)", lambda s: s.model.main.sha256)
@@ -53,6 +57,13 @@ def _addresses(coordinator: Box, workers: list[Box]) -> list[str]:
             problems.append(f"{w.name}: reaches the coordinator at {target}, but {coordinator.name} listens on "
                             f"{listen}")
     return problems
+
+
+def _contexts(coordinator: Box, workers: list[Box]) -> list[str]:
+    ctx = coordinator.spec.server.ctx
+    return [f"{w.name}: server.ctx {w.spec.server.ctx} is smaller than the coordinator's {ctx} ({coordinator.name}); "
+            f"the coordinator refuses such a worker (\"worker context too small\")"
+            for w in workers if w.spec.server.ctx < ctx]
 
 
 def _coverage(parts: list[Box], layers: int) -> list[str]:

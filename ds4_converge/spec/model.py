@@ -192,10 +192,7 @@ class Server(Strict):
     @field_validator("host")
     @classmethod
     def _ipv4_or_localhost(cls, value: str) -> str:
-        if value == "localhost" or re.fullmatch(r"(\d{1,3})(\.\d{1,3}){3}", value) and all(
-                int(p) < 256 for p in value.split(".")):
-            return value
-        raise ValueError(f"{value!r}: ds4-server binds only an IPv4 literal or 'localhost'")
+        return values.check_bind_host(value)
 
     @model_validator(mode="after")
     def _kv_budget_needs_dir(self) -> Server:
@@ -212,6 +209,20 @@ class Smoke(Strict):
     max_tokens: Int = Field(64, ge=1, le=MAX_CTX, description="the answer's token budget")
 
 
+class Watchdog(Strict):
+    """Between runs: an engine that stops answering, or exits when nobody asked, is restarted (service/watchdog.py)."""
+
+    enabled: bool = Field(True, description="run the watchdog under supervisord (off: supervisord restarts any exit "
+                                            "itself, exit 0 included, and a hung engine waits for the next run)")
+    interval_s: Seconds = Field(10, gt=0, le=3600, description="how often it asks /v1/models")
+    completion_every_s: Seconds = Field(300, ge=0, le=DAY, description="how often it also asks for a one-token "
+                                                                       "completion (0: never)")
+    failures: Int = Field(3, ge=1, le=1000, description="failed checks in a row before it restarts the engine (an "
+                                                       "exit nobody ordered restarts it at once)")
+    backoff_max_s: Seconds = Field(600, gt=0, le=DAY, description="restarts back off, interval_s x 2^n up to this, "
+                                                                  "until the engine passes a check again")
+
+
 class Health(Strict):
     """The probe a new engine must pass before it counts as last good; a failure reverts."""
 
@@ -226,6 +237,10 @@ class Health(Strict):
     max_regression: Seconds | None = Field(
         None, gt=0, lt=1, description="performance gate: a new engine slower than last good's recorded decode tok/s "
                                       "by more than this fraction (0.1 = 10 %) is reverted")
+    tool_call: bool = Field(False, description="the probe also asks with a tools definition: the answer must be a "
+                                               "structured tool_calls entry naming the function with JSON arguments, "
+                                               "not DSML as text (else reverted)")
+    watchdog: Watchdog = Watchdog()
     warmup: list[PathStr] = Field(
         default_factory=list, max_length=64, description="prompt files replayed once a new engine is healthy, so the first request "
                                           "finds their prefix in the KV cache (text: a system prompt; .json: a "
@@ -249,9 +264,7 @@ class Address(Strict):
     @field_validator("host")
     @classmethod
     def _host_name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,253}", value):
-            raise ValueError(f"{value!r}: a host name or an IP address")
-        return value
+        return values.check_peer_host(value)
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
@@ -407,4 +420,10 @@ class Spec(Strict):
             raise FieldProblem("server.speculative.mode", "speculative mode mtp needs model.mtp")
         if mode == "dspark" and self.model.dspark is None:
             raise FieldProblem("server.speculative.mode", "speculative mode dspark needs model.dspark")
+        if mode != "off" and self.distributed is not None:
+            # b030961 ds4.c opens the support model only when distributed.role is NONE: --mtp is dropped silently
+            raise FieldProblem("server.speculative.mode",
+                               f"speculative mode {mode} does nothing in a distributed deployment: the engine loads "
+                               f"no MTP or DSpark support model when it runs with --role (it drops --mtp without "
+                               f"a word, antirez/ds4#877); set server.speculative.mode: off")
         return self

@@ -83,6 +83,41 @@ def check_user_name(value: str) -> str:
     return value
 
 
+def canonical_ip(value: str) -> str | None:
+    """`value` when it is an IP address written the one way ipaddress writes it; None when it is no address.
+    An address written any other way (`010.0.0.1`, octal to inet_aton; `127.000.000.001`; `::0:1`) is refused:
+    the engine, a probe and a person would each read it differently."""
+    import ipaddress
+
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        if re.fullmatch(r"[0-9.]+|0[xX][0-9A-Fa-f.xX]*|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*", value):
+            raise ValueError(f"{value[:60]!r} is not an IP address as it is written canonically (no leading "
+                             f"zeros, four parts): a resolver reads it as another address") from None
+        return None
+    if str(address) != value:
+        raise ValueError(f"{value[:60]!r} is the address {address}, written another way: write {address}")
+    return value
+
+
+def check_bind_host(value: str) -> str:
+    """server.host: the engine binds with inet_pton(AF_INET) or the name 'localhost', nothing else."""
+    if value == "localhost":
+        return value
+    if canonical_ip(value) is None or ":" in value:
+        raise ValueError(f"{value[:60]!r}: ds4-server binds only an IPv4 literal or 'localhost'")
+    return value
+
+
+def check_peer_host(value: str) -> str:
+    """A distributed peer's host: a name, or an IP address written canonically (never a disguised number)."""
+    if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,253}", value):
+        raise ValueError(f"{value[:60]!r}: a host name or an IP address")
+    canonical_ip(value)
+    return value
+
+
 def not_an_option(value: str, what: str) -> str:
     if value.startswith("-"):
         raise ValueError(f"{value[:60]!r} begins with '-': git would read this {what} as an option")

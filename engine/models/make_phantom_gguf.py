@@ -7,12 +7,16 @@ disk. The real ds4-server maps it and serves from it on a CPU.
 
 The answer is deterministic. With all-zero weights every logit is 0 and greedy decoding already picks token 0,
 but sampling (a thinking request samples) would pick anything; so a few rows are real: token_embd = 1.0 for every
-token the tokenizer has, output_norm = 1 and output row 0 = Q8_0 blocks of d 0.01 and quants 1. The final hidden
+token a prompt can be made of, output_norm = 1 and output row 0 = Q8_0 blocks of d 0.01 and quants 1. The final hidden
 state is then positive, token 0's logit the only one above 0, and every answer is ANSWER repeated.
 
 The tokenizer: token 0 is ANSWER, then the special tokens vocab_load() looks up, the 256 byte symbols of GPT-2's
 byte-level BPE (text with no token would be dropped) and the merges of a few common words, so that a short
-prompt is a few tokens (each costs seconds on a CPU).
+prompt is a few tokens (each costs seconds on a CPU). The table is then padded with tokens no merge reaches up to
+`deepseek4.vocab_size` (129280), as a real model's table is: the engine sizes its logits by the model's shape but
+its distributed mode sizes them by the tokenizer (`ds4_engine_vocab_size()`), and a worker refuses any token id at
+or above the table's length ("WORK token id is outside the model vocabulary"). With a short table a pair of real
+processes returned empty answers, then that error (docs/distributed.md, "The phantom through a pair").
 
 usage: python engine/models/make_phantom_gguf.py [OUTDIR]   (default: the current directory)
 
@@ -175,7 +179,8 @@ def encode(text: str) -> str:
 
 
 def tokenizer() -> tuple[list[str], list[str]]:
-    """(tokens, merges): token 0 is ANSWER; every prefix of each of WORDS is a token, merged left to right."""
+    """(tokens, merges): token 0 is ANSWER; every prefix of each of WORDS is a token, merged left to right; then
+    fillers up to the model's vocab_size, which no merge builds (so no prompt is made of them)."""
     special = tiny.knowledge()["gguf"]["tokenizer"]["special_tokens"]
     tokens = [encode(ANSWER), *special, *byte_symbols()]
     merges: list[str] = []
@@ -190,7 +195,18 @@ def tokenizer() -> tuple[list[str], list[str]]:
             if merged not in seen:
                 tokens.append(merged)
                 seen.add(merged)
+    tokens += [f"[phantom-pad-{i}]" for i in range(len(tokens), vocab_size())]
     return tokens, merges
+
+
+def vocab_size() -> int:
+    """The model's vocabulary (deepseek4.vocab_size): the output head's rows, and so the tokenizer's length."""
+    return int(tiny.main_model_kv()["deepseek4.vocab_size"].value)
+
+
+def prompt_tokens(tokens: list[str]) -> int:
+    """How many of the table's tokens a prompt can be made of (the fillers come last)."""
+    return next((i for i, t in enumerate(tokens) if t.startswith("[phantom-pad-")), len(tokens))
 
 
 # ------------------------------------------------------------------------------------------------ writing
@@ -252,7 +268,7 @@ def q8_0_row(length: int, d: float = 0.01, quant: int = 1) -> bytes:
 
 
 def answer_rows(n_tokens: int, names: dict[str, int]) -> dict[str, list[tuple[int, bytes]]]:
-    """The few real rows that make token 0 win: embeddings of every token, the output norm, output row 0."""
+    """The few real rows that make token 0 win: embeddings of every prompt token, the output norm, output row 0."""
     n_embd = names["n_embd"]
     return {
         "token_embd.weight": [(0, np.ones(n_embd * n_tokens, dtype=np.float16).tobytes())],
@@ -263,7 +279,7 @@ def answer_rows(n_tokens: int, names: dict[str, int]) -> dict[str, list[tuple[in
 
 def write_main(path) -> Path:
     kv = main_kv()
-    n_tokens = len(kv[tiny.knowledge()["gguf"]["tokenizer"]["tokens"]].value)
+    n_tokens = prompt_tokens(kv[tiny.knowledge()["gguf"]["tokenizer"]["tokens"]].value)
     return write_sparse(path, "deepseek4", kv, main_tensors(), answer_rows(n_tokens, shape_names()))
 
 

@@ -3,12 +3,17 @@
 Compiled into a build only when its sim.conf says `distributed = 1` (then `--help` lists the four flags under
 "Distributed Inference", as b030961's `--help distributed` does); other builds are unchanged.
 
-- worker: after the load, binds its data port (--listen), logs the real worker's lines and reaches for the
-  coordinator, retrying every DS4_SIM_RETRY_S (default 1; the real worker ~6.1 s), sends `HELLO <layers>`,
-  and on EOF logs `coordinator disconnected; reconnecting`. It never binds HTTP. Like the real worker it
-  ignores the first SIGTERM; the second exits 130.
-- coordinator: listens on --listen for workers, and binds its HTTP port only once its own range and the
-  workers' ranges cover layers 0..42 and the output head (the real one "waits for a complete route").
+- worker: after the load, binds its data port (--listen; it accepts for as long as the worker runs, connected
+  or not), logs the real worker's lines and reaches for the coordinator, retrying every DS4_SIM_RETRY_S
+  (default 1; the real worker ~6.1 s), sends `HELLO <layers>`, and on EOF logs `coordinator disconnected;
+  reconnecting`. It never binds HTTP. Like the real worker it ignores the first SIGTERM; the second exits 130.
+  Each `WORK <token ids>` it is sent is checked as the real worker checks it: an id at or above its own
+  vocabulary (the length of its GGUF's token table) is answered `ERR WORK token id is outside the model
+  vocabulary`, else `OK`.
+- coordinator: listens on --listen for workers and, like the real one, binds its HTTP port right after its load:
+  until its own range and the workers' cover layers 0..42 and the output head, every completion is answered
+  HTTP 500 `distributed route incomplete: missing layer N` (/v1/models answers). Once complete, each completion
+  sends its prompt's token ids to the workers first, and a worker's refusal is the completion's 500.
 """
 import os
 import socket
@@ -101,8 +106,9 @@ def _listener(host, port):
     return sock
 
 
-def run_worker(opts):
-    """Never returns: the process ends by a second signal or SIGKILL, as the real worker does."""
+def run_worker(opts, vocab):
+    """Never returns: the process ends by a second signal or SIGKILL, as the real worker does.
+    vocab: the length of its model's token table (the real worker's ds4_engine_vocab_size())."""
     layers = opts["--layers"]
     host, port = opts.get("--listen", ("*", 0))
     c_host, c_port = opts["--coordinator"]
@@ -132,9 +138,11 @@ def run_worker(opts):
         try:
             conn.settimeout(None)
             conn.sendall(("HELLO %s\n" % layers).encode())
-            while conn.recv(4096):
-                pass
-        except OSError:
+            for line in conn.makefile("rb"):
+                ids = [int(t) for t in line.split()[1:]]
+                bad = any(i >= vocab for i in ids)
+                conn.sendall(b"ERR WORK token id is outside the model vocabulary\n" if bad else b"OK\n")
+        except (OSError, ValueError):
             pass
         conn.close()
         C.log("ds4: distributed worker: coordinator disconnected; reconnecting")
@@ -144,54 +152,73 @@ def run_worker(opts):
 class Route:
     """The coordinator's view of which layers are served: its own range and each connected worker's."""
 
-    def __init__(self, own):
-        self.own, self.workers, self.lock = own, {}, threading.Lock()
+    def __init__(self, own, debug=False):
+        self.own, self.workers, self.lock, self.debug = own, {}, threading.Lock(), debug
         self.ready = threading.Event()
+        self.missing = 0
+        self.work_lock = threading.Lock()  # one WORK at a time on each worker's connection
 
     def update(self):
         with self.lock:
-            ranges = sorted([self.own] + list(self.workers.values()))
+            ranges = sorted([self.own] + [w[0] for w in self.workers.values()])
         nxt, head = 0, False
         for start, end, output in ranges:
             if start > nxt:
                 break
             nxt, head = max(nxt, end + 1), head or output
+        # the real coordinator logs its route only with --debug (dist_coordinator_report_plan())
         if nxt >= N_LAYERS and head:
-            if not self.ready.is_set():
+            self.missing = None
+            if not self.ready.is_set() and self.debug:
                 C.log("ds4: distributed coordinator: complete route ready: local %d:%d" % self.own[:2])
-                self.ready.set()
+            self.ready.set()
         else:
-            C.log("ds4: distributed coordinator: route incomplete; next needed layer %d" % min(nxt, N_LAYERS - 1))
+            self.missing = min(nxt, N_LAYERS - 1)
+            self.ready.clear()
+            if self.debug:
+                C.log("ds4: distributed coordinator: route incomplete; next needed layer %d" % self.missing)
+
+    def problem(self, token_ids):
+        """Why a completion of these token ids cannot run now (the engine's words), or None. A worker that went
+        away leaves the route (the real coordinator notices on its connection)."""
+        with self.work_lock:
+            with self.lock:
+                workers = list(self.workers.items())
+            for key, (_, (conn, replies)) in workers:
+                try:
+                    conn.sendall(("WORK %s\n" % " ".join(map(str, token_ids))).encode())
+                    answer = replies.readline().decode().strip()
+                except OSError:
+                    answer = ""
+                if answer.startswith("ERR "):
+                    return answer[4:]
+                if answer != "OK":
+                    with self.lock:
+                        self.workers.pop(key, None)
+                    conn.close()
+                    self.update()
+        if not self.ready.is_set():
+            return "distributed route incomplete: missing layer %d" % (self.missing or 0)
+        return None
 
 
 def run_coordinator(opts):
-    """Accept workers in the background; return once the route is complete (the caller then binds HTTP)."""
+    """Accept workers in the background and return at once (the caller binds HTTP): the Route it keeps."""
     host, port = opts["--listen"]
     try:
         listener = _listener(host, port)
     except OSError as e:
         C.die("ds4: distributed coordinator: failed to listen on %s:%d: %s" % (host, port, e.strerror), 1)
-    route = Route(opts["layers"])
+    route = Route(opts["layers"], debug="--debug" in sys.argv)
 
     def serve(conn):
-        hello = b""
+        replies = conn.makefile("rb")
         try:
-            while not hello.endswith(b"\n"):
-                chunk = conn.recv(256)
-                if not chunk:
-                    return
-                hello += chunk
-            text = hello.decode().split()[1]
+            text = replies.readline().decode().split()[1]
             with route.lock:
-                route.workers[id(conn)] = parse_layers(text)
+                route.workers[id(conn)] = (parse_layers(text), (conn, replies))
             route.update()
-            while conn.recv(4096):
-                pass
         except (OSError, IndexError, UnicodeDecodeError):
-            pass
-        finally:
-            with route.lock:
-                route.workers.pop(id(conn), None)
             conn.close()
 
     def accept_forever():
@@ -201,5 +228,4 @@ def run_coordinator(opts):
 
     threading.Thread(target=accept_forever, daemon=True).start()
     route.update()
-    while not route.ready.wait(0.1):
-        pass
+    return route

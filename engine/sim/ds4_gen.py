@@ -280,6 +280,12 @@ def generate(last_user, thinking, max_tokens, tools=None, tool_choice=None, last
     budget = max(int(max_tokens), 0)
     gen.reasoning = reasoning[:budget]
     budget -= len(gen.reasoning)
+    if tool is not None and fault()[0] == "dsml-as-text":
+        # a runtime without a DSML parser: the model's call comes back as plain text (the seeds' lost evening)
+        gen.content = split_pieces(body[0])[:max(budget, 0)]
+        gen.finish = "stop" if len(gen.content) == len(split_pieces(body[0])) else "length"
+        gen.completion_tokens = len(gen.reasoning) + len(gen.content)
+        return gen
     if tool is not None:
         n = count_tokens(body[0])
         if budget >= n:

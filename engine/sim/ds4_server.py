@@ -9,6 +9,7 @@ import struct
 import sys
 import threading
 import time
+import zlib
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -159,6 +160,7 @@ def parse_options(argv):
 class State:
     def __init__(self, opts):
         self.o = opts
+        self.route, self.vocab = None, 0  # a distributed coordinator's route (ds4_distributed.py)
         self.stop = threading.Event()
         self.stop_requested = False
         self.gen_lock = S.GenerationSlots(S.batch_size(flavour() == "fork"))  # the fork batches
@@ -416,6 +418,11 @@ class Handler(BaseHTTPRequestHandler):
         with STATE.gen_lock:
             if STATE.stop_requested:
                 return None, None, None, (503, _err("shutdown requested", "server_error"))
+            if STATE.route is not None:  # a distributed coordinator: its workers take the prompt first
+                problem = STATE.route.problem([zlib.crc32(t.encode()) % max(STATE.vocab, 1) for t in toks])
+                if problem:
+                    C.log("ds4: distributed coordinator: %s" % problem)
+                    return None, None, None, (500, _err(problem))
             t0 = time.time()
             old = STATE.last_prompt
             common = 0
@@ -974,10 +981,12 @@ def main(argv=None):
     # the server finishes loading, binds, and only then shuts down. A second signal exits 130 at once.
     C.simulate_load(g, backend, o["warm"], lambda: False, hang=st.fault[0] == "hang")
 
+    vocab = len(g.kv.get("tokenizer.ggml.tokens") or ())  # the real engine's ds4_engine_vocab_size()
     if distributed and distributed["--role"] == "worker":
-        D.run_worker(distributed)  # no HTTP; ends by a second signal, as the real worker does
+        D.run_worker(distributed, vocab)  # no HTTP; ends by a second signal, as the real worker does
     if distributed:
-        D.run_coordinator(distributed)  # returns once the workers complete the route
+        st.route = D.run_coordinator(distributed)  # binds HTTP at once; completions wait for a complete route
+        st.vocab = vocab
 
     ctx = o["ctx"]
     C.log("ds4-server: context buffers %.2f MiB (ctx=%d, backend=%s, prefill_chunk=2048, raw_kv_rows=128, "

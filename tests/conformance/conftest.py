@@ -10,30 +10,22 @@ import pytest
 import real_engine
 
 
-def built(version: str) -> real_engine.RealEngine:
-    """An upstream version built with `make cpu`; the tests that need it skip only when its tarball is absent."""
-    archive = real_engine.tarball(version)
-    if archive is None:
-        pytest.skip(f"no engine tarball for {version} (provide it in {real_engine.ENGINES} or set DS4_ENGINE_DIR)")
-    return real_engine.build(archive, version=version)
-
-
 @pytest.fixture(scope="session")
 def engine() -> real_engine.RealEngine:
     """Upstream 8d57664, the older of the two versions tested."""
-    return built("8d57664")
+    return real_engine.built("8d57664")
 
 
 @pytest.fixture(scope="session")
 def engine_b030961() -> real_engine.RealEngine:
     """Upstream b030961: help topics, --power, --ssd-streaming, DSpark as `--mtp FILE --dspark`, distributed mode."""
-    return built("b030961")
+    return real_engine.built("b030961")
 
 
 @pytest.fixture(scope="session", params=real_engine.VERSIONS)
 def each_engine(request) -> real_engine.RealEngine:
     """Each upstream version in turn, for facts that must hold for both."""
-    return built(request.param)
+    return real_engine.built(request.param)
 
 
 @pytest.fixture

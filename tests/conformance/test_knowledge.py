@@ -312,3 +312,30 @@ def test_the_servers_own_lines_carry_the_stamp(each_engine, lock):
     proc = each_engine.run_server("--port", "0", "-m", "x.gguf", lock=lock)
     first = proc.stderr.splitlines()[0]
     assert "ds4-server:" in first and re.match(knowledge(each_engine)["logs"]["stamp"], first), first
+
+
+def test_load_facts_the_memory_budget_reads(each_engine, ds4_c):
+    """knowledge `load`: which version prints its own plan; the whole mapping is resident, registered (pinned)
+    for CUDA; b030961 repacks expert tensors into device memory on an integrated GPU and leaves the map unpinned."""
+    load = knowledge(each_engine)["load"]
+    assert load["planned_line"] == ("GiB planned" in ds4_c)
+    cuda = each_engine.source("ds4_cuda.cu")
+    assert "cudaHostRegister((void *)model_map, (size_t)model_size" in cuda
+    integrated = "cudaDevAttrIntegrated" in cuda and "aligned artifacts replace expert residency" in cuda
+    assert integrated == (each_engine.version == "b030961")
+    assert 0 < load["unified_load_margin"] < 1
+
+
+def test_the_support_model_is_not_loaded_in_a_distributed_run(engine_b030961):
+    """Why `distributed` with speculation is refused at validation (antirez/ds4#877): b030961 opens --mtp only
+    when it runs without --role."""
+    ds4_c = engine_b030961.source("ds4.c")
+    assert re.search(r"if \(opt->mtp_path && opt->mtp_path\[0\] &&\s+opt->distributed\.role == "
+                     r"DS4_DISTRIBUTED_NONE\)", ds4_c)
+
+
+def test_the_trained_context_is_the_rope_scaling_key(each_engine):
+    k = knowledge(each_engine)
+    key = k["context"]["trained_key"]
+    assert key == "deepseek4.rope.scaling.original_context_length"
+    assert for_version(BASE)["gguf"]["main_model"]["keys"][key]["value"] == 65536

@@ -94,6 +94,25 @@ def test_what_changes_between_two_identical_invocations_is_not_the_environment(h
     assert why(spec, made) is None
 
 
+def test_the_make_that_runs_the_tool_is_not_a_change_of_environment(holding, monkeypatch):
+    """make run, then the same command from a shell: make's own variables are not what the run does (its commands
+    do not get them: core/shell.py)."""
+    spec, _, _, made = holding
+    for name, value in {"MAKEFLAGS": " -- SPEC=spec/examples/sim.yaml", "MFLAGS": "", "MAKELEVEL": "1",
+                        "MAKE_TERMOUT": "/dev/pts/0", "MAKE_TERMERR": "/dev/pts/0"}.items():
+        monkeypatch.setenv(name, value)
+    assert why(spec, made) is None
+
+
+def test_the_tools_commands_are_not_sub_makes_of_the_make_that_runs_it(monkeypatch):
+    from ds4_converge.core.shell import run
+
+    monkeypatch.setenv("MAKEFLAGS", "-j8 --jobserver-auth=fifo:/tmp/GMfifo1")
+    monkeypatch.setenv("MAKELEVEL", "1")
+    seen = run(["env"], env={"EXTRA": "kept"}).splitlines()
+    assert "EXTRA=kept" in seen and not any(line.startswith(("MAKEFLAGS=", "MAKELEVEL=")) for line in seen), seen
+
+
 def test_another_version_of_the_tool(holding, monkeypatch, tmp_path):
     spec, _, _, made = holding
     tool = tmp_path / "tool"

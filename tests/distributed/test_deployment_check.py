@@ -17,14 +17,14 @@ SHA = "ab" * 32
 
 
 def spec(role: str, layers: str, *, commit: str = COMMIT, sha: str | None = SHA, port: int = 9000,
-         coordinator: dict | None = None, listen: dict | None = None) -> Spec:
+         coordinator: dict | None = None, listen: dict | None = None, ctx: int = 32768) -> Spec:
     part = {"role": role, "layers": layers, "listen": listen or {"host": "0.0.0.0", "port": port}}
     if role == "worker":
         part["coordinator"] = coordinator or {"host": "10.0.0.1", "port": 9000}
     return Spec.model_validate({
         "engine": {"repo": "https://example.invalid/ds4.git", "ref": "b030961", "commit": commit, "target": "cpu"},
         "model": {"main": {"source": "/srv/gguf/flash.gguf", "sha256": sha} if sha else "/srv/gguf/flash.gguf"},
-        "distributed": part})
+        "server": {"ctx": ctx}, "distributed": part})
 
 
 def pair(coordinator_layers="0:21", worker_layers="22:output", **worker) -> list[Box]:
@@ -74,6 +74,13 @@ def test_every_box_runs_the_same_commit_and_model_by_digest():
     other_model = [Box("a", spec("coordinator", "0:21")), Box("b", spec("worker", "22:output", sha="cd" * 32,
                                                                          port=9001))]
     assert any("different model (model.main.sha256)s" in p for p in check(other_model))
+
+
+def test_a_worker_with_a_smaller_context_than_its_coordinator_is_named():
+    """On the H200 the real coordinator refused a worker with ctx 8192 when its own was 16384."""
+    assert check(pair(ctx=65536)) == []
+    assert check(pair(ctx=8192)) == ["spark-b: server.ctx 8192 is smaller than the coordinator's 32768 (spark-a); "
+                                     "the coordinator refuses such a worker (\"worker context too small\")"]
 
 
 def test_a_single_spec_checks_its_own_part():

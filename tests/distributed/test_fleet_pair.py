@@ -26,35 +26,6 @@ from boxes import MODEL, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-GIT = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@invalid", "GIT_COMMITTER_NAME": "t",
-       "GIT_COMMITTER_EMAIL": "t@invalid"}
-
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    any(importlib.util.find_spec(m) is None for m in ("ansible", "asyncssh")) or shutil.which("ssh") is None,
-    reason="fleet extra (ansible, asyncssh) or the ssh client missing")]
-
-
-def _git(*args, cwd):
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
-                          env={**os.environ, **GIT}).stdout.strip()
-
-
-@pytest.fixture(scope="module")
-def dist_repo(sim_repo, tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """The simulator's repository with `distributed = 1` tags on top of v0.2.0 and v0.3.0."""
-    repo = tmp_path_factory.mktemp("dist") / "ds4-sim"
-    _git("clone", "-q", str(sim_repo), str(repo), cwd=repo.parent)
-    commits = {}
-    for base in ("v0.2.0", "v0.3.0"):
-        _git("checkout", "-q", base, cwd=repo)
-        with open(repo / "sim.conf", "a") as conf:
-            conf.write("distributed = 1\nretry_s = 0.3\n")
-        _git("commit", "-q", "-am", f"{base} with distributed mode", cwd=repo)
-        _git("tag", f"{base}-dist", cwd=repo)
-        commits[f"{base}-dist"] = _git("rev-parse", "HEAD", cwd=repo)
-    return repo, commits
-
-
 @pytest.fixture
 def fleet():
     """The loopback ssh server (short paths: ssh's control sockets must fit ~100 bytes)."""

@@ -115,6 +115,24 @@ def test_connects_and_reconnects_when_the_coordinator_goes(worker):
         again.close()
 
 
+def test_its_data_port_accepts_while_it_is_connected_and_health_agrees(worker):
+    """ds4_distributed.c: the data listener thread accepts for as long as the worker runs; a connection that
+    sends nothing is read to EOF and closed. So a connected worker's data port accepts, and the one judgement
+    that the probe, status and the fleet facts use calls it healthy."""
+    from ds4_converge.health.worker import judge, observe
+
+    with socket.create_server(("127.0.0.1", 0)) as coordinator:
+        w = worker(coordinator_port=coordinator.getsockname()[1])
+        coordinator.settimeout(15)
+        peer, _ = coordinator.accept()
+        assert real_engine.wait_for(lambda: w.state().connected, timeout=10), w.text()
+        for _ in range(20):
+            assert data_port_open(w.listen), w.text()
+        assert observe(w.text(), w.listen).connected and judge(observe(w.text(), w.listen)) is None
+        assert w.proc.poll() is None and "data accept failed" not in w.text()
+        peer.close()
+
+
 def test_the_first_sigterm_is_ignored_the_second_exits_130(worker):
     w = worker()
     wait_worker(ProcWatch(w), w.text, w.listen, deadline_s=10, soak_s=0)

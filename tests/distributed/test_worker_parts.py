@@ -51,3 +51,28 @@ def test_the_last_connection_line_of_the_last_start_tells_whether_it_is_connecte
     assert read_state(f"{started}\n{retry}\n{connected}\nrejected unsupported frame type 1\n").connected
     assert not read_state(f"{connected}\n{lost}\n").connected
     assert not read_state(f"{connected}\n{started}\n").connected  # a new start: not connected until it says so
+    # what the H200 pair's worker log held after a SIGKILL: supervisord's restart is loading, not connected
+    reloading = f"{started}\n{connected}\nds4: Linux cuda backend set oom_score_adj=1000\nds4: memory: KV 0.46 GiB " \
+                "(raw 0.36 + compressed 0.11) + buffers 0.06 GiB + resident model 39.25 GiB = 39.78 GiB planned\n"
+    assert not read_state(reloading).started and not read_state(reloading).connected
+    assert read_state(reloading).describe() == "not started yet (loading)"
+
+
+def test_a_stale_connected_line_is_not_believed_while_the_data_port_refuses():
+    """The H200 pair: after a SIGKILL supervisord restarted the worker; for a while its log's last line still said
+    "connected" while the new process loaded and its data port refused. Log and port are judged together."""
+    import socket
+
+    from boxes import free_port
+    from ds4_converge.health.worker import judge, observe
+    from ds4_converge.spec.model import Address
+
+    log = ("ds4: distributed worker: layers 22:output model_id=0 data_listen=127.0.0.1:9001 connecting to "
+           "coordinator 127.0.0.1:9000\nds4: distributed worker: connected to coordinator 127.0.0.1:9000\n")
+    closed = Address(host="127.0.0.1", port=free_port())
+    stale = observe(log, closed)
+    assert not stale.started and not stale.connected
+    assert judge(stale).startswith(f"nothing accepts on its data port {closed}; its log's last word: ds4: dist")
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        live = observe(log, Address(host="127.0.0.1", port=listening.getsockname()[1]))
+        assert live.connected and judge(live) is None

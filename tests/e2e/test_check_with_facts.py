@@ -64,4 +64,27 @@ def test_facts_without_check_or_not_facts_at_all_are_refused(box, tmp_path):
     junk.write_text(json.dumps({"gpus": "many"}))
     rc, document = box.converge("--check", "--facts", str(junk))
     assert rc == 2 and "not host facts of this version" in document["error"], document
+    # each problem by its field, in one line: not pydantic's own text (its class name, [type=...], its URL)
+    assert document["error"].endswith(": gpus: Input should be a valid list"), document["error"]
+    assert "validation error" not in document["error"] and "[type=" not in document["error"], document["error"]
     assert not box.root.exists()
+
+
+def test_a_target_whose_available_memory_is_short_is_refused_with_the_numbers(gpu_spec, tmp_path):
+    """MemTotal says 125.8 GiB; MemAvailable, 2 GiB: other programs hold the rest, and the plan says so."""
+    box = gpu_spec
+    facts = json.loads(H200_FACTS.read_text())
+    facts["memory"]["available_bytes"] = 2 << 30
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps(facts))
+    rc, document = box.converge("--check", "--facts", str(short))
+    assert rc == 1, document
+    assert "memory budget does not fit in what is free now: weights " in document["error"], document
+    assert "(MemAvailable 2.0 GiB - 4.0 GiB kept free)" in document["error"], document
+    # the same box, with the serving engine captured as returning 8 GiB when the switch stops it: it fits
+    facts.update(supervised_pids=[], supervised_returned_bytes=8 << 30)
+    short.write_text(json.dumps(facts))
+    rc, document = box.converge("--check", "--facts", str(short))
+    assert rc == 0, document
+    models = {r["name"]: r for r in document["roles"]}["models"]
+    assert any("+ 8.0 GiB the serving engine returns" in n for n in models["notes"]), models

@@ -107,6 +107,17 @@ def test_a_restart_and_a_rollback_say_what_they_change(box):
     assert rc == 0 and status["last_run"]["command"] == "rollback"
 
 
+def test_check_mode_on_a_new_root_says_first_start_as_the_run_does(box):
+    rc, planned = box.converge("--check")
+    assert rc == 0 and planned["switch"]["from"] is None, planned
+    assert planned["switch"]["changes"][0] == f"first start: release {planned['switch']['to']}", planned
+    service = next(r for r in planned["roles"] if r["name"] == "service")
+    assert service["msg"] == "would start ds4 (first start)" and not any("restart" in c for c in service["changes"]), service
+    rc, ran = box.converge()
+    assert rc == 0 and ran["switch"]["changes"] == planned["switch"]["changes"][:1], ran
+    assert "started ds4 on release" in next(r for r in ran["roles"] if r["name"] == "service")["msg"], ran
+
+
 def test_check_mode_reports_what_serves_now_not_what_would(box):
     rc, first = box.converge()
     assert rc == 0

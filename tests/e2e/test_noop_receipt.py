@@ -3,6 +3,7 @@ report as the full no-op, nothing heavy imported; anything it relied on that cha
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,17 +60,20 @@ def test_text_output_says_where_the_answer_came_from(served_box):
     assert [line[20:] for line in lines[:-1]] == [line[20:] for line in full.stdout.splitlines()]
 
 
-def test_a_touched_model_file_takes_the_full_path(served_box):
-    noop_twice(served_box)
-    stat = os.stat(MODEL)
-    os.utime(MODEL, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
-    try:
+def test_a_touched_model_file_takes_the_full_path(served_box, tmp_path):
+    # a copy of its own: touching the repository's tiny model would restart the boxes of tests running beside
+    # this one (another xdist worker's box saw its model change and restarted: the suite's flakes under -n 2)
+    model = tmp_path / MODEL.name
+    shutil.copyfile(MODEL, model)
+    with served_box.edited({"model.main": str(model)}):
+        assert served_box.converge()[0] == 0
+        noop_twice(served_box)
+        stat = os.stat(model)
+        os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
         rc, document = served_box.converge()
-    finally:
-        os.utime(MODEL, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    # the full path decides what a touched model means (the engine restarts on the file as it is now)
-    assert rc == 0 and "from_receipt" not in document, document
-    assert served_box.converge()[0] == 0  # settled again on the restored file, for the next test
+        # the full path decides what a touched model means (the engine restarts on the file as it is now)
+        assert rc == 0 and "from_receipt" not in document, document
+    assert served_box.converge()[0] == 0  # settled again on the box's own model, for the next test
 
 
 def test_other_arguments_take_the_full_path(served_box):
@@ -92,7 +96,7 @@ def test_a_changed_spec_is_planned_and_applied(served_box):
 def test_an_engine_that_died_and_came_back_takes_the_full_path(served_box):
     noop_twice(served_box)
     pid = served_box.status()["pid"]
-    os.kill(pid, signal.SIGKILL)  # supervisord starts it again: another process
+    os.kill(pid, signal.SIGKILL)  # the watchdog starts it again (health.watchdog.interval_s): another process
     deadline = time.monotonic() + 20
     while served_box.status()["pid"] in (pid, None) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -4,6 +4,7 @@ in flight survives a restart, warm-up prompts lower the first request's time to 
 Speeds come from the simulated engine's environment (engine/sim/ds4_speed.py), run faster than life with
 DS4_SIM_TIME_SCALE; every assertion compares settings with each other by a wide margin."""
 import json
+import os
 import threading
 import time
 
@@ -100,6 +101,43 @@ def test_the_performance_gate_reverts_a_slow_release(box, gate, change, missed):
     after = box.status()
     assert after["healthy"] and after["release"] == before["release"] and after["pid"] != before["pid"]
     assert "--power" not in running_command(box)
+
+
+# a GB10 stuck in a low power state while it works, as `nvidia-smi --query-gpu=…clocks…` prints it; no tenant
+LOW_POWER_SMI = """#!/bin/sh
+case "$1" in
+  --query-gpu=index,clocks*) echo "0, 208, 3003, 11.20, [N/A], P8, 0x0000000000000004" ;;
+  --query-compute-apps=*) ;;
+  *) exit 6 ;;
+esac
+"""
+
+
+def test_a_good_release_on_a_slowed_box_is_not_reverted_and_the_platform_is_named(box, tmp_path):
+    """The baseline is the old engine benched just before the switch; the box then slows (the sim decodes at half
+    speed, nvidia-smi shows a power cap and clocks held at P8): the gate says so instead of blaming the release."""
+    box.spec["server"]["env"].update(FAST)
+    box.spec["health"]["max_regression"] = 0.2
+    box.write()
+    rc, first = box.converge()
+    assert rc == 0, first
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(LOW_POWER_SMI)
+    smi.chmod(0o755)
+    slowed = {"PATH": f"{smi.parent}:{os.environ['PATH']}"}
+    with box.edited({"server.env.DS4_SIM_DECODE_TOK_S": "5"}):
+        proc = box.cli(str(box.spec_path), "--json", env=slowed)
+    document = report_document(proc)
+    assert proc.returncode == 0 and not document["reverted"], document
+    probe = next(r for r in document["roles"] if r["name"] == "probe")
+    assert "slower than the old engine benched just now" in probe["msg"], probe
+    assert "the platform itself was slow while it was benched (GPU 0: software power cap; GPU 0: SM clock 208 of " \
+           "its 3003 MHz while working (p-state P8))" in probe["msg"], probe
+    assert "the release is not blamed and not reverted" in probe["msg"], probe
+    records = [json.loads(line) for line in (box.root / "bench" / "results.jsonl").read_text().splitlines()]
+    assert [r["kind"] for r in records[-2:]] == ["baseline", "gate"], records
+    assert records[-1]["platform"]["samples"][0][0]["pstate"] == "P8"
 
 
 def _stream_count(url, n, got):

@@ -1,7 +1,7 @@
 """Fixtures for the simulated ds4 engine: a sim repo, real `make cpu` builds from
 clones of it, and a helper that runs ds4-server as a real process."""
 
-import shutil
+import itertools
 
 import pytest
 
@@ -18,15 +18,18 @@ def sim_repo(tmp_path_factory):
 
 
 class Builds:
+    """The session's builds of the sim repo's tags, each made once and shared by every test of the session."""
+
     def __init__(self, repo, root):
         self.repo = repo
         self.root = root
         self.cache = {}
+        self._clones = itertools.count()
 
-    def clone(self, tag):
-        d = self.root / ("src-" + tag)
-        if d.exists():
-            shutil.rmtree(d)
+    def clone(self, tag, dest=None):
+        """A clone of `tag` in a folder of its own (`dest`, or a new one under root): never the folder of a build
+        that a session-wide fixture (upstream, fork) hands out."""
+        d = dest or self.root / f"src-{tag}-{next(self._clones)}"
         r = run(["git", "clone", "-q", "-c", "advice.detachedHead=false", "-b", tag, str(self.repo), str(d)])
         assert r.returncode == 0, r.stderr
         return d

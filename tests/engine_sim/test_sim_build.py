@@ -20,9 +20,15 @@ echo "Build cuda_13.0.r13.0/compiler.36424714_0"
 
 
 @pytest.fixture
-def src(builds):
-    """A fresh clone of v0.3.0 (not built)."""
-    return builds.clone("v0.3.0")
+def src(builds, tmp_path):
+    """A fresh clone of v0.3.0 (not built), the test's own."""
+    return builds.clone("v0.3.0", tmp_path / "src")
+
+
+def test_a_fresh_clone_leaves_the_session_builds_alone(fork, builds, src):
+    """The fork build (v0.3.0, session-wide) stays built while tests clone the same tag for themselves."""
+    again = builds.clone("v0.3.0")
+    assert fork.is_file() and src != fork.parent != again, (src, fork, again)
 
 
 @pytest.fixture
@@ -131,7 +137,7 @@ def git(repo, *args):
 
 
 EXPECTED_TAGS = {"v0.1.0", "v0.2.0", "v0.3.0", "v0.3.1-crash-at-start", "v0.3.1-crash-after", "v0.3.1-hang",
-                 "v0.3.1-wrong-model", "v0.3.1-wrong-answer", "v0.3.1-build-fails"}
+                 "v0.3.1-wrong-model", "v0.3.1-wrong-answer", "v0.3.1-build-fails", "v0.3.1-dsml-as-text"}
 
 
 def test_sim_repo_layout(sim_repo):

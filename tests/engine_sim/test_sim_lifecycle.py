@@ -101,7 +101,10 @@ def test_fault_hang_never_binds_and_outlives_sigterm(start, fork):
     """A load that never ends cannot be stopped by SIGTERM (the real one would not be): a supervisor must
     send SIGKILL after its grace period, or a second signal ends it with 130."""
     p, port = start(fork, env={"DS4_SIM_FAULT": "hang"})
-    time.sleep(1.5)
+    # the load has begun, so its SIGTERM handler is in place (a fixed sleep was not always enough on a busy host:
+    # Python still starting, the default action killed it with -15), and it has had time to bind, were it to
+    assert p.wait_for("ds4: CPU backend", 30), p.log()
+    time.sleep(1.0)
     assert p.p.poll() is None
     s = socket.socket()
     assert s.connect_ex(("127.0.0.1", port)) != 0

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from ds4_converge.preflight.starter import starter_spec
-from ds4_converge.facts import (HostFacts, Version, gather_host_facts, parse_gpu_query, parse_nvcc_version,
-                                parse_nvidia_smi_header)
+from ds4_converge.facts import (HostFacts, Version, gather_host_facts, parse_clocks_query, parse_compute_apps,
+                                parse_gpu_query, parse_nvcc_version, parse_nvidia_smi_header)
 from ds4_converge.preflight.rules import all_findings, target_findings
 from ds4_converge.spec.model import Spec
 
@@ -31,6 +31,20 @@ def test_driver_and_its_cuda_from_either_nvidia_smi_output(name):
     assert (info.driver_version, info.cuda_version) == ("580.159.04", Version(13, 0))
 
 
+def test_clocks_power_pstate_and_reasons_as_nvidia_smi_q_showed_them():
+    (clocks,) = parse_clocks_query(text("nvidia-smi-clocks.csv"))
+    assert (clocks.sm_mhz, clocks.max_sm_mhz, clocks.power_draw_w, clocks.power_limit_w, clocks.pstate) == (
+        345, 1980, 81.47, 700, "P0")
+    assert clocks.reasons == ["idle"] and clocks.slowdowns == []
+    q = text("nvidia-smi-q.txt")  # the fixture is written from this capture: keep the two saying the same
+    assert "Performance State                                  : P0" in q and "SM                                             : 1980 MHz" in q
+
+
+def test_no_compute_process_on_the_h200():
+    assert parse_compute_apps(text("nvidia-smi-compute-apps.csv")) == []
+    assert "Processes                                          : None" in text("nvidia-smi-q.txt")
+
+
 def test_nvcc():
     release = parse_nvcc_version(text("nvcc.txt"))
     assert (release.version, release.build) == (Version(13, 0), "13.0.88")
@@ -43,6 +57,8 @@ def h200_host(fakehost, local):
     bindir = fakehost.dir("bin")
     fakehost.exe(bindir / "nvidia-smi", f"""\
 case "$1" in
+  --query-gpu=index,clocks*) cat '{H200 / "nvidia-smi-clocks.csv"}' ;;
+  --query-compute-apps=*) cat '{H200 / "nvidia-smi-compute-apps.csv"}' ;;
   --query-gpu=*) cat '{H200 / "nvidia-smi-query.csv"}' ;;
   -q) cat '{H200 / "nvidia-smi-q.txt"}' ;;
   *) cat '{H200 / "nvidia-smi.txt"}' ;;
@@ -67,6 +83,8 @@ def test_the_replayed_host_reads_as_it_did_there(h200_host):
     facts, local = h200_host
     there = HostFacts.model_validate(AS_READ)
     assert facts.gpus == there.gpus and facts.driver == there.driver
+    assert facts.gpu_processes == [] and facts.status("gpu.NvidiaComputeApps") == "ok"
+    assert [c.max_sm_mhz for c in facts.gpu_clocks] == [1980] and facts.status("gpu.NvidiaClocks") == "ok"
     (nvcc,) = facts.cuda.nvccs
     (nvcc_there,) = there.cuda.nvccs
     assert (nvcc.version, nvcc.build) == (nvcc_there.version, nvcc_there.build)
@@ -91,8 +109,12 @@ def test_what_was_read_there_still_reads_and_plans_an_h200():
     there = HostFacts.model_validate(AS_READ)
     dumped = json.loads(there.model_dump_json())
     # what was read there reads the same; what later versions added is unknown for it
-    assert {k: v for k, v in dumped.items() if k in AS_READ} == AS_READ
-    assert {k: v for k, v in dumped.items() if k not in AS_READ} == {"supervised_pids": None}
+    later_memory = {"swap_total_bytes": None, "swap_free_bytes": None}  # swap was read from a later version on
+    assert dumped["memory"] == {**AS_READ["memory"], **later_memory}
+    assert {k: v for k, v in dumped.items() if k in AS_READ and k != "memory"} == {
+        k: v for k, v in AS_READ.items() if k != "memory"}
+    assert {k: v for k, v in dumped.items() if k not in AS_READ} == {
+        "supervised_pids": None, "supervised_returned_bytes": None, "addresses": None, "gpu_processes": [], "gpu_clocks": []}
     starter = starter_spec(there)
     assert (starter.target, starter.cuda_arch) == ("cuda", "sm_90")
     assert [f for f in target_findings(_spec(target="cuda", cuda_arch="sm_90"), there)] == []

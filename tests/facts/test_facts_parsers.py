@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from pathlib import Path
 
 from ds4_converge.facts import (CommandResult, FactParseError, Gpu, Version, evaluate, parse_ancestors, parse_comm_cmdline, parse_df, parse_env0, parse_getent_passwd, parse_gpu_query, parse_id_user, parse_ls_proc_fds, parse_meminfo, parse_nvcc_version, parse_nvidia_smi_header, parse_proc_listeners, parse_proc_net_tcp, parse_ss_listeners, parse_uname_machine, count_established)
-from ds4_converge.facts.gpu import NvidiaGpus
+from ds4_converge.facts.gpu import NvidiaGpus, parse_clocks_query, parse_compute_apps
 from ds4_converge.facts.users import Passwd
 
 # ---- fixtures -------------------------------------------------------------------------
@@ -59,6 +60,8 @@ MemTotal:       128449980 kB
 MemFree:         1234567 kB
 MemAvailable:   120000000 kB
 Buffers:           12345 kB
+SwapTotal:      16777212 kB
+SwapFree:       16000000 kB
 HugePages_Total:       0
 Hugepagesize:       2048 kB
 """
@@ -194,8 +197,50 @@ def test_meminfo():
     assert m.available_bytes == 120000000 * 1024
 
 
+def test_meminfo_swap():
+    m = parse_meminfo(MEMINFO)
+    assert (m.swap_total_bytes, m.swap_free_bytes) == (16777212 * 1024, 16000000 * 1024)
+
+
 def test_meminfo_old_kernel_without_available():
-    assert parse_meminfo("MemTotal: 1000 kB\nMemFree: 10 kB\n").available_bytes is None
+    m = parse_meminfo("MemTotal: 1000 kB\nMemFree: 10 kB\n")
+    assert m.available_bytes is None and m.swap_total_bytes is None
+
+
+# ---- who is on the GPU, and is it held slow --------------------------------------------------------
+
+def test_compute_apps_with_a_comma_in_the_name_and_memory_not_reported():
+    apps = parse_compute_apps("4242, /srv/ds4/ds4-server, 13926\n777, python3 train,v2.py, [N/A]\n")
+    assert [(a.pid, a.name, a.used_memory_bytes) for a in apps] == [
+        (4242, "/srv/ds4/ds4-server", 13926 * 1024 * 1024), (777, "python3 train,v2.py", None)]
+
+
+@pytest.mark.parametrize("out", ["", "No devices were found\n", "No running processes found\n"])
+def test_compute_apps_none(out):
+    assert parse_compute_apps(out) == []
+
+
+@pytest.mark.parametrize("out", ["garbage\n", "x, name, 10\n", "12, name, lots\n"])
+def test_compute_apps_malformed(out):
+    with pytest.raises(FactParseError):
+        parse_compute_apps(out)
+
+
+def test_clocks_of_a_power_capped_gb10_without_a_power_limit():
+    (c,) = parse_clocks_query("0, 208, 3003, 11.20, [N/A], P8, 0x0000000000000005\n")
+    assert (c.sm_mhz, c.max_sm_mhz, c.power_limit_w, c.pstate) == (208, 3003, None, "P8")
+    assert c.reasons == ["idle", "software power cap"] and c.slowdowns == ["software power cap"]
+
+
+def test_clocks_unknown_reason_bits_are_kept():
+    (c,) = parse_clocks_query("0, 1980, 1980, 600, 700, P0, 0x0000000000001000\n")
+    assert c.reasons == ["other (0x1000)"] and c.slowdowns == []
+
+
+@pytest.mark.parametrize("out", ["0, 345, 1980\n", "0, fast, 1980, 1, 2, P0, 0x0\n", "0, 1, 2, 3, 4, P0, busy\n"])
+def test_clocks_malformed(out):
+    with pytest.raises(FactParseError):
+        parse_clocks_query(out)
 
 
 @pytest.mark.parametrize("out", ["", "garbage\n", "MemTotal: lots kB\n", "MemFree: 10 kB\n"])
@@ -364,3 +409,21 @@ def test_evaluate_failed_detail_and_not_found_user():
     obs = evaluate(Passwd(user="nobody-here"), CommandResult(("getent", "passwd", "nobody-here"), 2, ""))
     assert obs.probe.status == "ok" and obs.value is None
     assert obs.probe.fact == "users.Passwd(user='nobody-here')"
+
+
+# ---- addresses -------------------------------------------------------------------------
+
+
+def test_ip_addr_json_lists_every_address_of_every_interface():
+    from ds4_converge.facts.addresses import parse_ip_addr_json
+
+    text = (Path(__file__).parent / "fixtures" / "ip-addr.json").read_text()
+    assert parse_ip_addr_json(text) == ["127.0.0.1", "::1", "192.0.2.2", "fd00::2", "fe80::fc:ff:fe00:1"]
+
+
+@pytest.mark.parametrize("out", ["", "{}", "not json", '[{"addr_info": [{"local": "1.2.3"}]}]'])
+def test_ip_addr_json_malformed(out):
+    from ds4_converge.facts.addresses import parse_ip_addr_json
+
+    with pytest.raises(FactParseError):
+        parse_ip_addr_json(out)

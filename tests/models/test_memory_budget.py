@@ -97,3 +97,91 @@ def test_memory_budget_defaults_to_enforce_and_takes_warn_only():
     assert Model(main="/m.gguf", memory_budget="warn").memory_budget == "warn"
     with pytest.raises(ValidationError):
         Model(main="/m.gguf", memory_budget="ignore")
+
+
+# ---- what is free now, and what a load on unified memory takes for a while ------------------------------------
+
+from ds4_converge.models.budget import Room  # noqa: E402
+
+
+def test_a_spark_whose_memavailable_is_short_is_refused_with_the_numbers():
+    """The issue's GB10: 45 GB available. MemTotal alone said 'fits: 89.7 GiB needed, 113.6 GiB usable'."""
+    room = Room(total=int(121.6 * GIB), available=45 * 10**9)
+    level, message = judge(estimate(Q2_WEIGHTS, 32768), room)
+    assert level == "error"
+    assert message.startswith("does not fit in what is free now: weights 81.0 GiB + KV 0.7 GiB (ctx 32768) = "
+                              "81.7 GiB needed, 113.6 GiB usable of 121.6 GiB RAM (8.0 GiB kept for the OS), "
+                              "37.9 GiB free now (MemAvailable 41.9 GiB - 4.0 GiB kept free)"), message
+    assert "short by 43.8 GiB" in message and "Other programs hold the rest" in message
+
+
+def test_what_the_serving_engine_returns_counts_as_free():
+    room = Room(total=int(121.6 * GIB), available=20 * GIB, returned=75 * GIB)
+    level, message = judge(estimate(Q2_WEIGHTS, 32768), room)
+    assert level == "ok", message
+    assert "91.0 GiB free now (MemAvailable 20.0 GiB + 75.0 GiB the serving engine returns - 4.0 GiB kept free)" \
+        in message
+
+
+def test_without_memavailable_only_the_host_is_judged():
+    level, message = judge(estimate(Q2_WEIGHTS, 32768), Room(total=SPARK_RAM))
+    assert level == "ok" and "free now" not in message
+
+
+@pytest.mark.parametrize("weights, ctx, level", [
+    (int(80.76 * GIB), 524288, "fits"),   # q2 serves at 512K on a 128 GB Spark (the seeds)
+    (int(80.76 * GIB), 32768, "fits"),
+    (int(90.9 * GIB), 4096, "error"),     # q2-q4: OOM-killed at every ctx there (antirez/ds4#705)
+    (int(90.9 * GIB), 16384, "error"),
+])
+def test_a_load_on_unified_memory_needs_a_margin_that_tells_q2_from_q2_q4(weights, ctx, level):
+    spark = Room(total=int(119.7 * GIB))
+    budget = estimate(weights, ctx, unified=True)
+    assert budget.load_margin == int(0.25 * weights) and budget.peak == budget.total + budget.load_margin
+    verdict, message = judge(budget, spark)
+    assert (verdict if verdict == "error" else "fits") == level, message
+    assert "more while it loads (unified memory)" in message
+    # the same files on a discrete GPU's host: no margin, q2-q4 fits
+    assert estimate(weights, ctx).load_margin == 0
+    assert judge(estimate(int(90.9 * GIB), 16384), spark)[0] == "ok"
+
+
+def test_what_a_stopped_process_returns_is_its_anonymous_shared_and_pinned_memory():
+    from ds4_converge.service.processes import parse_returned_bytes
+    status = ("Name:\tds4-server\nVmRSS:\t86000000 kB\nRssAnon:\t  1000 kB\nRssFile:\t84000000 kB\n"
+              "RssShmem:\t  24 kB\nVmPin:\t84000000 kB\nVmLck:\t0 kB\n")
+    assert parse_returned_bytes(status) == (1000 + 24 + 84000000) * 1024
+    assert parse_returned_bytes("Name:\tkthreadd\n") == 0
+
+
+def test_what_this_process_returns_is_read_from_proc():
+    import os
+    from ds4_converge.service.processes import returned_bytes
+    assert returned_bytes([os.getpid()]) > 0
+    assert returned_bytes([]) == 0
+
+
+# ---- the engine's own plan at each start -----------------------------------------------------------------------
+
+# b030961 on an H200 at ctx 8192 (reference/real-engines.md), coloured as on a TTY
+H200_PLAN = ("\x1b[32mds4: memory: KV 0.46 GiB (raw 0.36 + compressed 0.11) + buffers 0.06 GiB + resident model "
+             "80.76 GiB = \x1b[1;32m81.29 GiB planned\x1b[0m\n")
+
+
+def test_the_plan_line_is_read_colours_and_all():
+    from ds4_converge.models.budget import read_plan
+    planned = read_plan("noise\n" + H200_PLAN)
+    assert planned.total == int(81.29 * GIB) and planned.resident == int(80.76 * GIB)
+    assert planned.context_buffers is None
+    only_buffers = read_plan("ds4-server: context buffers 14.29 MiB (ctx=256, backend=cpu, prefill_chunk=0)\n")
+    assert only_buffers.total is None and only_buffers.context_buffers == int(14.29 * MIB)
+    assert read_plan("ds4: cannot open model\n") is None
+
+
+def test_a_plan_above_the_estimate_is_said_loudly():
+    from ds4_converge.models.budget import Planned, against_plan, read_plan
+    level, message = against_plan(read_plan(H200_PLAN), estimate(int(80.76 * GIB), 8192))
+    assert level == "ok", message
+    assert message == "memory: the engine planned 81.3 GiB (resident model 80.8 GiB), the budget 81.1 GiB (ctx 8192)"
+    level, message = against_plan(Planned(total=100 * GIB, resident=90 * GIB), estimate(int(80.76 * GIB), 8192))
+    assert level == "warn" and "takes 23% more than the budget counted" in message, message

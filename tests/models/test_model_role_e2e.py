@@ -214,3 +214,49 @@ def test_a_model_change_restarts_through_the_probe(served_box, tmp_path):
         rc, again = box.converge()
         assert rc == 0 and again["changed"] and box.status()["pid"] != after["pid"], again
     assert box.converge()[0] == 0  # back to the box's own model
+
+
+def test_a_local_model_that_does_not_exist_is_named_so(box, tmp_path):
+    """Not "missing; the file was not used": there is no file to use, and nothing to fetch it from."""
+    box.spec["model"]["main"] = str(tmp_path / "nowhere" / "model.gguf")
+    box.write()
+    rc, document = box.converge("--check")
+    assert rc == 1, document
+    assert document["error"].endswith(f"model.main: {tmp_path}/nowhere/model.gguf does not exist, and the spec gives "
+                                      "no source to download it from"), document["error"]
+    assert "not used" not in document["error"]
+
+
+@pytest.mark.parametrize("kind", ["a FIFO", "a character device"])
+def test_a_dest_that_is_a_special_file_is_refused_at_check_naming_it(box, file_server, tmp_path, kind):
+    """Not a raw `[Errno 17] File exists` from the apply: --check already says what is in the way."""
+    import os
+
+    dest = tmp_path / "q2.gguf"
+    if kind == "a FIFO":
+        os.mkfifo(dest)
+    else:
+        os.symlink("/dev/null", dest)
+    box.spec["model"]["main"] = {"source": serve_model(file_server, MODEL.read_bytes()), "dest": str(dest)}
+    box.write()
+    for args in (["--check"], []):
+        rc, document = box.converge(*args)
+        assert rc == 1, document
+        models = next(r for r in document["roles"] if r["name"] == "models")
+        assert models["msg"] == (f"model.main.dest: {dest} is {kind}: a download cannot put the model there; "
+                                 f"remove it or name another dest"), models
+    assert not file_server.requests
+
+
+@pytest.mark.parametrize("path,kind", [("fifo", "a FIFO"), ("/dev/zero", "a character device"),
+                                       ("/dev/null", "a character device")])
+def test_a_special_file_as_the_model_is_named_for_what_it_is(box, tmp_path, path, kind):
+    import os
+
+    if path == "fifo":
+        path = str(tmp_path / "model.gguf")
+        os.mkfifo(path)
+    rc, document = box.converge("--check", "--set", f"model.main={path}")
+    assert rc == 1, document
+    models = next(r for r in document["roles"] if r["name"] == "models")
+    assert models["msg"] == f"model.main: {path}: {kind}, not a regular file; the file was not used", models

@@ -112,19 +112,33 @@ def test_spark_with_128_gb_gets_q2_at_262144(tmp_path):
     assert spec.toolchain.min_version == "13.0"
     assert spec.model.main.source == f"hf://antirez/deepseek-v4-gguf/{Q2_IMATRIX}"
     assert "WARNING" not in starter.text
+    # 262144 is above the trained 65536: init says so, in its notes and beside the value
+    (note,) = [n for n in starter.notes if "trained context" in n]
+    assert "YaRN extension" in note and "512K" in note
+    assert "  ctx: 262144  # the largest of 262144/131072/65536/32768 that fits in memory; above the trained " \
+           "65536: YaRN extension" in starter.text
+
+
+def test_a_ctx_within_the_trained_context_has_no_note():
+    starter = starter_spec(host(gpus=[H200], memory_gib=86))
+    assert starter.ctx <= 65536 and not [n for n in starter.notes if "trained context" in n]
 
 
 def test_small_ram_says_the_model_will_not_fit(tmp_path):
     starter = starter_spec(host(gpus=[H200], memory_gib=64))
     assert not starter.fits and starter.ctx == 32768
     assert "# WARNING: the model will not fit in this host's memory (does not fit: weights 81.0 GiB" in starter.text
+    assert "90 GiB" not in starter.text, "one figure for what the model needs: the budget's, on the WARNING line"
     spec = load_text(tmp_path, starter.text)
     assert (spec.engine.target, spec.engine.cuda_arch) == ("cuda", "sm_90")
 
 
 def test_ctx_shrinks_to_fit(tmp_path):
-    starter = starter_spec(host(memory_gib=92))
+    starter = starter_spec(host(gpus=[H200], memory_gib=92))
     assert starter.fits and starter.ctx < 262144
+    # on a GB10 the same memory holds no q2 load: the GPU takes its share of the host's memory while it loads
+    spark = starter_spec(host(gpus=[GB10], memory_gib=92))
+    assert not spark.fits and "more while it loads (unified memory)" in spark.text
 
 
 def test_driver_older_than_the_newest_toolkit_is_noted(tmp_path):

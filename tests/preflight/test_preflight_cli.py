@@ -183,6 +183,24 @@ def test_power_and_exposure_are_warnings(box, fake):
     assert not any("serves the API beyond" in w for w in roles["preflight"]["warnings"])
 
 
+@pytest.mark.parametrize("address", ["1.2.3.4", "255.255.255.255"])
+def test_an_address_this_host_does_not_have_is_refused_before_any_change(box, fake, address):
+    """Written canonically but not this host's: the engine would log 'failed to listen' while the probe waited out
+    its deadline; preflight names it from the host's own addresses (ip -j addr) instead."""
+    preflight = fails_in_preflight(box, fake, "--set", f"server.host={address}", "--set", "server.expose=true")
+    assert preflight["msg"].startswith(f"server.host {address}: no interface of this host has this address (it "
+                                       f"has 127.0.0.1"), preflight
+
+
+@pytest.mark.parametrize("address", ["000.000.000.000", "0.0.0.00", "127.000.000.001", "010.0.0.1"])
+def test_an_address_written_as_a_disguised_number_is_an_invalid_spec(box, address):
+    before = box.tree()
+    proc = box.cli(str(box.spec_path), "--check", "--set", f"server.host={address}")
+    assert proc.returncode == 2, proc.stderr
+    assert f"server.host: '{address}' is not an IP address as it is written canonically" in proc.stderr
+    assert box.tree() == before
+
+
 # ----------------------------------------------------------------------------- rule 6: paths
 
 
@@ -191,6 +209,41 @@ def test_unknown_variable_in_a_spec_path_is_an_error_naming_the_field(box, fake,
     preflight = fails_in_preflight(box, fake, "--set", "model.main=${DS4_NOPE}/model.gguf")
     assert preflight["msg"].startswith("model.main: ${DS4_NOPE}/model.gguf: $DS4_NOPE is not set on this host for "
                                        "user ")
+
+
+@pytest.mark.parametrize("kind", ["a FIFO", "a regular file", "a character device"])
+def test_a_kv_disk_dir_that_is_not_a_directory_is_named_at_preflight(box, fake, tmp_path, kind):
+    """The engine only logs 'failed to create KV cache directory …: File exists' and serves without its disk cache:
+    preflight names what the path is instead, at --check and before any change."""
+    import os
+
+    path = tmp_path / "kv"
+    if kind == "a FIFO":
+        os.mkfifo(path)
+    elif kind == "a regular file":
+        path.write_text("not a folder\n")
+    else:
+        path = "/dev/null"
+    expected = f"server.kv_disk_dir {path} is {kind}, not a directory"
+    rc, document = box.converge(*fake.set_args(), "--check", "--set", f"server.kv_disk_dir={path}")
+    assert rc == 1 and document["roles"][0]["msg"].startswith(expected), document
+    assert fails_in_preflight(box, fake, "--set", f"server.kv_disk_dir={path}")["msg"].startswith(expected)
+
+
+def test_a_kv_disk_dir_under_a_file_or_one_the_service_user_cannot_write_is_refused(box, fake, tmp_path):
+    under_a_file = tmp_path / "file"
+    under_a_file.write_text("")
+    preflight = fails_in_preflight(box, fake, "--set", f"server.kv_disk_dir={under_a_file}/kv/deeper")
+    assert preflight["msg"].startswith(f"server.kv_disk_dir {under_a_file}/kv/deeper does not exist, and "
+                                       f"{under_a_file} above it is a regular file, not a directory"), preflight
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o755)
+    preflight = fails_in_preflight(box, fake, "--set", "server.user=nobody", "--set", f"server.kv_disk_dir={locked}")
+    assert preflight["msg"].startswith(f"server.kv_disk_dir {locked}: the engine's user nobody cannot write this "
+                                       f"directory (owned by root, mode 755)"), preflight
+    # a path that does not exist yet, under a folder the user may write: the engine creates it
+    roles = check_passes(box, fake, "--set", f"server.kv_disk_dir={tmp_path}/new/kv")
+    assert roles["preflight"]["status"] == "ok", roles
 
 
 def test_home_in_a_spec_path_is_the_service_users(box, fake):

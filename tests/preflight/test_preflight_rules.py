@@ -200,6 +200,15 @@ def test_power_below_100_warns_with_the_measured_cost():
     assert rules.power_findings(spec()) == []
 
 
+def test_a_ctx_above_the_trained_context_gets_a_note_naming_yarn_and_the_measured_512k():
+    finding = only(rules.context_findings(spec(server={"ctx": 524288})), "info")
+    assert finding.message.startswith("server.ctx 524288 is above the model's trained context of 65536 tokens "
+                                      "(rope.scaling.original_context_length): what lies beyond it is YaRN extension")
+    assert "512K has been measured" in finding.message
+    assert rules.context_findings(spec(server={"ctx": 65536})) == []
+    assert any("YaRN" in f.message for f in rules.all_findings(spec(server={"ctx": 131072}), host()))
+
+
 def _mtp(draft: int, **server) -> dict:
     return {"speculative": {"mode": "mtp", "draft": draft}, **server}
 
@@ -234,6 +243,26 @@ def test_non_loopback_host_warns_about_no_authentication_unless_exposed():
     assert levels(rules.exposure_findings(spec(server={"host": "0.0.0.0", "expose": True}))) == ["info"]
     assert rules.exposure_findings(spec(server={"host": "localhost"})) == []
     assert rules.exposure_findings(spec(server={"host": "127.0.0.2"})) == []
+
+
+@pytest.mark.parametrize("address", ["1.2.3.4", "255.255.255.255", "192.0.2.3"])
+def test_an_address_no_interface_of_this_host_has_is_an_error(address):
+    facts = host(addresses=["127.0.0.1", "::1", "192.0.2.2", "fd00::2"])
+    finding = only(rules.bind_findings(spec(server={"host": address, "expose": True}), facts), "error")
+    assert finding.message == (f"server.host {address}: no interface of this host has this address (it has "
+                               f"127.0.0.1, 192.0.2.2): ds4-server could not bind it")
+    assert "0.0.0.0" in finding.fix
+    assert any(f.message == finding.message for f in rules.all_findings(spec(server={"host": address}), facts))
+
+
+@pytest.mark.parametrize("address", ["192.0.2.2", "0.0.0.0", "127.0.0.1", "127.3.4.5", "localhost"])
+def test_an_address_of_this_host_any_or_loopback_binds(address):
+    facts = host(addresses=["127.0.0.1", "::1", "192.0.2.2"])
+    assert rules.bind_findings(spec(server={"host": address}), facts) == []
+
+
+def test_unknown_addresses_refuse_nothing():
+    assert rules.bind_findings(spec(server={"host": "1.2.3.4"}), host(addresses=None)) == []
 
 
 # --------------------------------------------------------------------------- rule 6: paths

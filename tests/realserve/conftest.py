@@ -39,16 +39,9 @@ def phantom(tmp_path_factory) -> Phantom:
     return Phantom(files["main"], files["mtp"], files["dspark"], kv)
 
 
-def built(version: str) -> real_engine.RealEngine:
-    archive = real_engine.tarball(version)
-    if archive is None:
-        pytest.skip(f"no engine tarball for {version} (provide it in {real_engine.ENGINES} or set DS4_ENGINE_DIR)")
-    return real_engine.build(archive, version=version)
-
-
 @pytest.fixture(scope="session", params=real_engine.VERSIONS)
 def each_engine(request) -> real_engine.RealEngine:
-    return built(request.param)
+    return real_engine.built(request.param)
 
 
 def _git(tree: Path, *argv: str) -> str:
@@ -79,9 +72,7 @@ def engine_repo(tmp_path_factory) -> Path:
       hangs-at-start  after its options (so --help answers) the server ignores SIGTERM and waits forever,
                       never binding its port
     """
-    archives = {v: real_engine.tarball(v) for v in real_engine.VERSIONS}
-    if None in archives.values():
-        pytest.skip(f"engine tarballs missing in {real_engine.ENGINES}")
+    archives = {v: real_engine.require(v) for v in real_engine.VERSIONS}
     tree = tmp_path_factory.mktemp("upstream") / "ds4"
     tree.mkdir()
     _git(tree, "init", "-q", "-b", "main")

@@ -12,6 +12,7 @@ import pytest
 
 import real_engine
 from boxes import free_port
+from ds4_converge.units import GIB
 from serving import KV_CACHE_ARGS, PROMPT, WORD, phantom_gguf
 
 # each token costs seconds here: bounded per test above the default 300 s (each wait inside is bounded too)
@@ -84,3 +85,33 @@ def test_the_real_engines_classify_the_phantom_support_files(each_engine, phanto
         assert "stages=3" in text and "missing=0 invalid=0 metadata_errors=0" in text, text[-2000:]
     if expected.startswith("ds4: required"):
         assert LISTENING not in text  # 8d57664 refuses a DSpark file: it is no legacy MTP
+
+
+@pytest.mark.parametrize("ctx", [256, 65536])
+def test_each_real_engine_plans_what_the_memory_budget_estimates(each_engine, phantom, tmp_path, ctx):
+    """The start log's own plan (b030961: "memory: … = X GiB planned"; both: "context buffers X MiB") read by
+    the budget's reader and held against its estimate for the same files and ctx. On a CPU the engine keeps 128
+    raw rows and no prefill scratch (the budget's fixed rows and scratch are the CUDA path's, prefill_cap 4096),
+    so the estimate is above the plan there; the per-token KV is the same on every backend."""
+    from ds4_converge.models import budget
+
+    log = tmp_path / "server.log"
+    port = free_port()
+    proc = subprocess.Popen([str(each_engine.server), "-c", str(ctx), "--port", str(port), "-m", str(phantom.main)],
+                            stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            env={"DS4_LOCK_FILE": str(tmp_path / "lock"), "PATH": "/usr/bin:/bin"})
+    try:
+        real_engine.wait_for(lambda: "context buffers" in log.read_text() or proc.poll() is not None, 60, 0.1)
+    finally:
+        real_engine.stop(proc, timeout=30)
+    text = log.read_text()
+    planned = budget.read_plan(text)
+    assert planned is not None and planned.context_buffers, text[-2000:]
+    assert (planned.total is not None) == (each_engine.version == "b030961"), text[-2000:]
+    estimate = budget.estimate(phantom.main.stat().st_size, ctx)
+    level, message = budget.against_plan(planned, estimate)
+    assert level == "ok", message
+    per_token = budget.load_knowledge()["kv"]["bytes_per_token"]
+    assert ctx * per_token <= planned.context_buffers <= estimate.kv, message
+    if planned.total is not None:  # b030961's plan: the same KV; no resident model on a CPU (nothing is copied)
+        assert planned.resident == 0 and abs(planned.total - planned.context_buffers) < 0.01 * GIB, text[-2000:]

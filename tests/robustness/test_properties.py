@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from supervisor.options import ServerOptions
 
 from boxes import MODEL, Box, free_port
+from user_cache_guard import TEST_CACHES
 from ds4_converge.cli import main as cli
 from ds4_converge.orchestrate.context import make_context
 from ds4_converge.engine.release import Release, Toolkit
@@ -34,7 +35,9 @@ from ds4_converge.spec.loader import LoadedSpec, SpecInvalid, load_spec
 from ds4_converge.spec.model import Spec
 from ds4_converge.spec.values import MANAGED_ENV
 
-WORK = Path(tempfile.mkdtemp(prefix="ds4c-properties-"))
+# hypothesis's examples cannot take tmp_path: the module's folder is in the run's own temporary one, which the run
+# removes at its end (user_cache_guard.py)
+WORK = Path(tempfile.mkdtemp(prefix="properties-", dir=TEST_CACHES))
 BASE = {"engine": {"repo": "https://example.invalid/ds4.git", "ref": "v0.2.0", "target": "cpu"},
         "model": {"main": "/srv/gguf/model.gguf"}}
 FIELDS = {name: list(field.annotation.model_fields) if hasattr(field.annotation, "model_fields") else []

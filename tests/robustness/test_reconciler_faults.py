@@ -1,6 +1,6 @@
 """Failures nobody planned for: any exception after the old engine stopped reverts, a failing revert says what
 serves, a supervisord that answers wrongly is never taken for "not running", a cold start starts the engine once,
-a converge while supervisord restarts a crashed engine waits for it, and --check with a model still to download
+a converge while the watchdog restarts a crashed engine waits for it, and --check with a model still to download
 plans instead of crashing."""
 import json
 import os
@@ -145,18 +145,20 @@ def test_a_cold_start_starts_the_engine_once(box, change):
 def test_a_converge_while_supervisord_restarts_a_crashed_engine_waits_for_it(box):
     box.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"] = "10"  # the next converge starts well within the load
     box.spec["health"]["deadline_s"] = 40
+    box.spec["health"]["watchdog"] = {"interval_s": 0.5}
     box.write()
     rc, first = box.converge()
     assert rc == 0, first
-    os.kill(box.status()["pid"], signal.SIGKILL)  # supervisord restarts it (autorestart=unexpected)
+    os.kill(box.status()["pid"], signal.SIGKILL)  # the watchdog restarts it (an exit nobody ordered)
     deadline = time.monotonic() + 10
     while box.status()["state"] not in ("STARTING", "RUNNING") and time.monotonic() < deadline:
         time.sleep(0.05)
+    time.sleep(0.5)  # the watchdog lets go of the run lock once supervisord has the start
     rc, document = box.converge()
     assert rc == 0, document
     probe = next(r for r in document["roles"] if r["name"] == "probe")
     assert probe["msg"].startswith("healthy again"), probe
-    assert box.status()["healthy"] and _spawns(box) == 2, "waited for supervisord's restart, started nothing"
+    assert box.status()["healthy"] and _spawns(box) == 2, "waited for the watchdog's restart, started nothing"
 
 
 def test_check_mode_plans_a_model_that_is_not_downloaded_yet(box, tmp_path):

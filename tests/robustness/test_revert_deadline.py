@@ -25,3 +25,24 @@ def test_a_hung_engine_is_reverted_within_its_own_deadline_and_last_good_answers
     assert "never passed the probe" in out and f"SIGKILL after {UNPROVEN_STOP_GRACE_S}s" in out, out
     status = box.status()
     assert status["healthy"] and status["release"] == first["release"], status
+
+
+def test_an_engine_that_exits_after_its_start_window_is_a_crash_loop_reverted_at_once(box):
+    """The engine loads for 1.5 s (past supervisord's one-second start window), then refuses a value late
+    (`--trace` into a folder that does not exist) and exits 1; supervisord starts it again and again, never
+    BACKOFF. The probe sees the first exit and fails with its status and last words, not 'not listening yet
+    (loading)' until the deadline."""
+    rc, first = box.converge()
+    assert rc == 0, first
+    box.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"] = "1.5"
+    box.spec["server"]["extra_args"] = ["--trace", "/nonexistent-ds4c/trace.txt"]
+    box.spec["health"]["deadline_s"] = 120
+    box.write()
+    rc, document = box.converge()
+    assert rc == 1 and document["reverted"], document
+    assert "a crash loop, not a slow load" in document["error"], document["error"]
+    assert "exit status 1" in document["error"] and "failed to open trace file" in document["error"], document
+    assert "not ready within" not in document["error"], document["error"]
+    assert "failed to open trace file /nonexistent-ds4c/trace.txt" in document["detail"], document["detail"]
+    status = box.status()
+    assert status["healthy"] and status["release"] == first["release"], status

@@ -29,6 +29,32 @@ def test_a_stopped_supervisord_never_hangs_status_converge_or_stop(box):
     assert box.status()["healthy"], "nothing was changed while supervisord did not answer"
 
 
+def test_every_command_meets_a_stopped_supervisord_cleanly_and_never_says_nothing_serves(box):
+    """stop, rollback, converge, status, logs against a SIGSTOPped supervisord while its engine serves: exit 1 with
+    supervisord's own message, what serves as far as it can be known ("cannot tell", and that the endpoint still
+    answers), never "internal error", never "serving: nothing", no traceback written."""
+    rc, first = box.converge()
+    assert rc == 0, first
+    assert box.converge("--set", "server.ctx=16384")[0] == 0  # a last good to roll back to
+    pid = int((box.root / "run" / "supervisord.pid").read_text())
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for args in (("stop",), ("rollback",), ("converge",), ("status",)):
+            proc = box.cli(*args, str(box.spec_path), timeout=BOUND_S)
+            said = proc.stdout + proc.stderr
+            assert proc.returncode == 1, (args, said)
+            assert "did not answer" in said and "internal error" not in said, (args, said)
+            assert "serving: nothing" not in said and "not serving" not in said, (args, said)
+            assert "cannot tell" in said and f"{box.endpoint} answers /v1/models" in said, (args, said)
+            code, document = box.json(*args, str(box.spec_path))
+            assert code == 1 and document["aborted"] in (None, "failed"), (args, document)
+            assert document["release"] is None and "did not answer" in document["serving_unknown"], document
+        assert not (box.root / "logs" / "errors.log").exists(), (box.root / "logs" / "errors.log").read_text()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert box.status()["healthy"], "nothing was changed while supervisord did not answer"
+
+
 @pytest.mark.parametrize("reply", [b"", b"HTTP/1.0 200 OK\r\n\r\nnot xml"], ids=["silent", "garbage"])
 def test_a_foreign_listener_on_the_socket_never_hangs_a_converge(box, reply):
     run = box.root / "run"

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -77,6 +78,25 @@ def test_a_first_argument_that_is_not_a_command_is_a_spec():
     assert cli.normalise(["help"], commands) == ["help"]
 
 
+def test_a_word_that_is_neither_a_command_nor_a_spec_names_the_commands(tmp_path, monkeypatch, capsys):
+    assert cli.main(["frobnicate"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ds4-converge: no command 'frobnicate' and no spec file of that name; commands: converge, ")
+    assert "help COMMAND" in err and "cannot read spec" not in err
+    assert check_document(_json(["frobnicate", "--json"], capsys), 2)["aborted"] == "usage"
+    # a spec is still a spec: a path that exists (whatever its name), or one ending in .yaml/.yml
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "frobnicate").write_text("engine: [\n")
+    for word in ("frobnicate", "missing.yaml", "missing.yml"):
+        assert cli.main([word]) == 2
+        assert "no command" not in capsys.readouterr().err, word
+
+
+def _json(argv, capsys) -> str:
+    cli.main(argv)
+    return capsys.readouterr().out
+
+
 @pytest.mark.slow  # the CLI in a subprocess
 def test_no_arguments_is_a_usage_error_that_names_the_commands():
     proc = run_cli()
@@ -94,15 +114,19 @@ def test_validate_and_facts_json_follow_the_schema(spec):
 # ------------------------------------------------------------------------------------------- safety net
 
 
-def test_an_unexpected_exception_is_one_message_one_document_and_a_log(spec, monkeypatch, capsys):
+def test_an_unexpected_exception_is_one_message_one_document_and_a_log(spec, monkeypatch, capsys, tmp_path):
     def bug(ctx, diff=False):
         raise RuntimeError("boom")
+
+    # no root yet: the log goes to the temporary folder, here the test's own
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     monkeypatch.setattr("ds4_converge.orchestrate.reconciler.converge", bug)
     assert cli.main([str(spec), "--json"]) == 1
     out, err = capsys.readouterr()
     document = check_document(out, 1)
     assert document["aborted"] == "internal" and "RuntimeError: boom" in document["error"], document
+    assert Path(document["traceback_log"]).parent == tmp_path
     assert "RuntimeError: boom" in Path(document["traceback_log"]).read_text()
     assert "Traceback" not in out + err
 

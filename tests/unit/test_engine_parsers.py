@@ -194,8 +194,8 @@ def test_power_100_on_a_build_without_power_is_not_rendered_but_noted():
     argv = server_argv(upstream, Server(power=100), ModelPaths(Path("/m.gguf")), None)
     assert "--power" not in argv
     assert not_rendered(upstream, Server(power=100)) == [
-        "server.power 100 is not passed: this ds4-server has no --power and always runs at full duty cycle "
-        "(--power (a flag of upstream b030961 and the Entrpi fork))"]
+        f"server.power 100 is not passed: this ds4-server (release {upstream.id}) has no --power and always runs at "
+        "full duty cycle; of the known engines only upstream b030961 and the Entrpi fork have --power"]
     assert not_rendered(upstream, Server()) == []
     fork = _release({"--model", "--ctx", "--host", "--port", "--power"})
     assert server_argv(fork, Server(power=100), ModelPaths(Path("/m.gguf")), None)[-2:] == ["--power", "100"]

@@ -35,12 +35,50 @@ def test_gate_floor():
 
 def test_gate_regression_against_last_good():
     assert "allowed 10%" in gate.judge(14.5, Health(max_regression=0.1), last_good(15.3)).message
-    with pytest.raises(gate.TooSlow, match=r"24.8% slower than last good \(r1: 15.30 tok/s\), more than "
+    with pytest.raises(gate.TooSlow, match=r"24.8% slower than last good as recorded \(r1: 15.30 tok/s\), more than "
                                            r"health.max_regression 10%: missed by 14.8 points"):
         gate.judge(11.5, Health(max_regression=0.1), last_good(15.3))
     # no figure recorded for last good (it passed before the gate was set): nothing to compare with
     assert "not checked" in gate.judge(1.0, Health(max_regression=0.1), last_good(None)).message
     assert not gate.enabled(Health()) and gate.enabled(Health(max_regression=0.5))
+
+
+def test_the_baseline_benched_in_this_run_wins_over_the_recorded_one():
+    same_run = gate.Baseline("r0", 12.0)
+    verdict = gate.judge(11.5, Health(max_regression=0.1), last_good(15.3), baseline=same_run)
+    assert "4% below the old engine benched just now (r0: 12.00), allowed 10%" in verdict.message
+    with pytest.raises(gate.TooSlow, match=r"slower than the old engine benched just now \(r0: 15.00 tok/s\)"):
+        gate.judge(11.5, Health(max_regression=0.1), None, baseline=gate.Baseline("r0", 15.0))
+
+
+# a GB10 stuck in a low power state, as nvidia-smi --query-gpu=…clocks… reads it while the bench runs (not idle)
+LOW_POWER = {"index": 0, "sm_mhz": 208.0, "max_sm_mhz": 3003.0, "power_draw_w": 11.2, "power_limit_w": None,
+             "pstate": "P8", "reasons": ["software power cap"]}
+BOOSTED = {"index": 0, "sm_mhz": 1980.0, "max_sm_mhz": 1980.0, "power_draw_w": 650.0, "power_limit_w": 700.0,
+           "pstate": "P0", "reasons": []}
+
+
+def test_a_slow_platform_is_named_and_the_release_not_reverted():
+    from ds4_converge.health.platform import slow_reasons
+    platform = {"samples": [[LOW_POWER], [LOW_POWER]], "gpu_processes": [{"pid": 42, "name": "ds4-server"},
+                                                                        {"pid": 777, "name": "python3 train.py"}]}
+    reasons = slow_reasons(platform, ours={42})
+    assert reasons == ["GPU 0: software power cap", "GPU 0: SM clock 208 of its 3003 MHz while working (p-state P8)",
+                       "another process on the GPU: pid 777 (python3 train.py)"]
+    verdict = gate.judge(4.0, Health(max_regression=0.1), last_good(15.3), platform_slow=reasons)
+    assert verdict.platform_slow and "the platform itself was slow while it was benched (GPU 0: software power " \
+        "cap" in verdict.message and "the release is not blamed and not reverted" in verdict.message
+    # the same speed on a platform that was not slow is the release's: refused
+    assert slow_reasons({"samples": [[BOOSTED]], "gpu_processes": [{"pid": 42, "name": "ds4-server"}]}, {42}) == []
+    assert slow_reasons(None) == []
+    with pytest.raises(gate.TooSlow):
+        gate.judge(4.0, Health(max_regression=0.1), last_good(15.3), platform_slow=[])
+
+
+def test_an_idle_gpus_low_clock_is_no_slowdown():
+    from ds4_converge.health.platform import slow_reasons
+    idle = {**BOOSTED, "sm_mhz": 345.0, "reasons": ["idle"]}
+    assert slow_reasons({"samples": [[idle]], "gpu_processes": []}) == []
 
 
 def test_metrics_text_and_drain_report():

@@ -5,23 +5,24 @@ import pytest
 from supervisor.options import ServerOptions
 
 from ds4_converge.core.layout import Layout
-from ds4_converge.service.supervisor import GUARD, guard_argv
+from ds4_converge.service.supervisor import GUARD, WATCHDOG, guard_argv, watchdog_argv
 from ds4_converge.service.render import UnsafeValue, command_line, ini_value, program_conf, supervisord_conf
 
 NASTY = ["/usr/bin/env", "A=x y;z", "B=%(here)s", "C=100%", "/opt/ds4/ds4-server", "-m", "/a b/#m ;x.gguf",
          "q'\"", "", " #x", "$(rm -rf /)", "a\tb"]
 
 
-def read_back(tmp_path, argv, user=None):
+def read_back(tmp_path, argv, user=None, watchdog=True):
     layout = Layout(tmp_path / "root")
     layout.ensure()
     layout.supervisord_conf.write_text(supervisord_conf(layout))
     layout.program_conf("ds4").write_text(program_conf(name="ds4", release="r1", argv=argv, directory=str(tmp_path),
-                                                       log=str(tmp_path / "ds4.log"), user=user, stop_wait_s=600))
+                                                       log=str(tmp_path / "ds4.log"), user=user, stop_wait_s=600,
+                                                       watchdog=watchdog))
     options = ServerOptions()
     options.realize(args=["-c", str(layout.supervisord_conf)])
     groups = {g.name: g for g in options.process_group_configs}
-    assert set(groups) == {"ds4", GUARD}
+    assert set(groups) == {"ds4", GUARD, WATCHDOG}
     return options, groups["ds4"].process_configs[0]
 
 
@@ -36,6 +37,19 @@ def test_the_switch_guard_is_a_resident_program_of_supervisord(tmp_path):
     program = guard.process_configs[0]
     assert shlex.split(program.command) == guard_argv(tmp_path / "root")
     assert program.autostart and program.autorestart
+
+
+def test_the_watchdog_is_a_resident_program_of_supervisord_and_the_one_that_restarts(tmp_path):
+    options, engine = read_back(tmp_path, ["/bin/true"])
+    [watch] = [g for g in options.process_group_configs if g.name == WATCHDOG]
+    program = watch.process_configs[0]
+    assert shlex.split(program.command) == watchdog_argv(tmp_path / "root")
+    assert program.autostart and program.autorestart
+    assert engine.autorestart is False  # the watchdog restarts (and records) every exit nobody ordered
+    # without the watchdog supervisord restarts every exit, exit 0 included (a SIGTERM from outside)
+    _, alone = read_back(tmp_path, ["/bin/true"], watchdog=False)
+    from supervisor.datatypes import RestartUnconditionally
+    assert alone.autorestart is RestartUnconditionally and alone.exitcodes == [0]
 
 
 def test_program_settings(tmp_path):

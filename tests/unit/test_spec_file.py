@@ -76,6 +76,16 @@ def test_cross_field_error_points_at_the_field(tmp_path):
     assert line.startswith(f"{path}:8:17: server.speculative.mode: speculative mode mtp needs model.mtp")
 
 
+def test_distributed_with_speculation_is_refused_citing_the_engine(tmp_path):
+    distributed = ("distributed:\n  role: coordinator\n  layers: '0:21'\n  listen: {host: 0.0.0.0, port: 9100}\n")
+    spec = BASE.replace("model:\n", "model:\n  mtp: /models/mtp.gguf\n", 1)
+    path = write(tmp_path, spec + "server:\n  speculative: {mode: mtp}\n" + distributed)
+    [line] = problems(path)
+    assert f"{path}:9:17: server.speculative.mode: speculative mode mtp does nothing in a distributed" in line
+    assert "antirez/ds4#877" in line
+    assert load_spec(write(tmp_path, spec + distributed)).spec.distributed.role == "coordinator"
+
+
 def test_ref_and_installer_are_exclusive(tmp_path):
     path = write(tmp_path, BASE.replace("  ref: v0.2.0\n", "  ref: v0.2.0\n  installer: ./install.sh\n"))
     [line] = problems(path)
@@ -142,6 +152,25 @@ def test_problems_carry_file_line_column_and_field(tmp_path):
 def test_host_must_be_ipv4_or_localhost(tmp_path):
     path = write(tmp_path, BASE + "server:\n  host: myspark.lan\n")
     assert "IPv4 literal or 'localhost'" in problems(path)[0]
+
+
+@pytest.mark.parametrize("address", ["000.000.000.000", "0.0.0.00", "127.000.000.001", "010.0.0.1", "0127.0.0.1",
+                                     "127.1", "0x7f.0.0.1"])
+def test_a_host_written_as_a_disguised_number_is_refused(tmp_path, address):
+    """inet_aton reads 010.0.0.1 as 8.0.0.1 (octal) while the engine's inet_pton refuses it: only the one way
+    ipaddress writes an address is accepted."""
+    path = write(tmp_path, BASE + f"server:\n  host: '{address}'\n")
+    [problem] = problems(path)
+    assert problem.startswith(f"{path}:8:3: server.host: ") and "canonically" in problem, problem
+
+
+@pytest.mark.parametrize("peer", ["010.0.0.1", "10.000.0.1"])
+def test_a_distributed_peer_written_as_a_disguised_number_is_refused(tmp_path, peer):
+    from ds4_converge.spec.values import check_peer_host
+
+    with pytest.raises(ValueError, match="canonically"):
+        check_peer_host(peer)
+    assert check_peer_host("spark-2.lan") == "spark-2.lan" and check_peer_host("10.0.0.1") == "10.0.0.1"
 
 
 def test_schema_file_is_fresh():

@@ -1,0 +1,83 @@
+"""Is the platform itself slow? The GPU as it was while a bench ran: clocks, power, p-state, throttle reasons and
+other processes on it (facts/gpu.py), sampled during the bench, so that a slow box is not blamed on a release.
+
+A GB10 can be stuck in a low power state (its clocks never boost until AC power is removed), another tenant can
+hold the GPU, a power cap or a thermal slowdown can hold the clocks down: each makes a good release bench slow.
+"""
+from __future__ import annotations
+
+import threading
+from statistics import median
+
+from ds4_converge.facts.base import FactRunner, gather
+from ds4_converge.facts.gpu import SLOWDOWN_REASONS, NvidiaClocks, NvidiaComputeApps
+
+SAMPLE_EVERY_S = 1.0
+# the SM clock, while the GPU works, below this fraction of its maximum is a platform held down
+CLOCK_FLOOR = 0.8
+
+
+class Sampler:
+    """Samples the GPU's clocks and compute processes in a thread while a bench runs (no GPU: no samples)."""
+
+    def __init__(self, runner: FactRunner | None = None, every_s: float = SAMPLE_EVERY_S):
+        self.runner, self.every_s = runner or FactRunner(timeout=5), every_s
+        self.clocks: list[list[dict]] = []
+        self.processes: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while True:
+            self.sample()
+            if self._stop.wait(self.every_s):
+                return
+
+    def sample(self) -> None:
+        clocks = gather(NvidiaClocks(), self.runner)
+        if clocks:
+            self.clocks.append([c.model_dump() for c in clocks])
+        for process in gather(NvidiaComputeApps(), self.runner):
+            self.processes[process.pid] = process.name
+
+    def record(self) -> dict | None:
+        """What the bench record keeps (None: no GPU was seen)."""
+        if not self.clocks and not self.processes:
+            return None
+        return {"samples": self.clocks, "gpu_processes": [{"pid": p, "name": n} for p, n in self.processes.items()]}
+
+
+def slow_reasons(platform: dict | None, ours: set[int] = frozenset()) -> list[str]:
+    """Pure: why the platform itself was slow during the bench, in words ([]: it was not, or nothing is known).
+    `ours`: the engine's PIDs (its process group), which are no tenant."""
+    if not platform:
+        return []
+    reasons: list[str] = []
+    by_gpu: dict[int, list[dict]] = {}
+    for sample in platform.get("samples") or []:
+        for gpu in sample:
+            by_gpu.setdefault(gpu["index"], []).append(gpu)
+    for index, seen in sorted(by_gpu.items()):
+        slowdowns = sorted({r for g in seen for r in g.get("reasons") or [] if r in SLOWDOWN_REASONS})
+        if slowdowns:
+            reasons.append(f"GPU {index}: {', '.join(slowdowns)}")
+        busy = [g for g in seen if "idle" not in (g.get("reasons") or []) and g.get("sm_mhz") and g.get("max_sm_mhz")]
+        if busy:
+            clock, top = median(g["sm_mhz"] for g in busy), max(g["max_sm_mhz"] for g in busy)
+            if clock < CLOCK_FLOOR * top:
+                states = sorted({g["pstate"] for g in busy if g.get("pstate")})
+                reasons.append(f"GPU {index}: SM clock {clock:.0f} of its {top:.0f} MHz while working"
+                               + (f" (p-state {', '.join(states)})" if states else ""))
+    tenants = [p for p in platform.get("gpu_processes") or [] if p["pid"] not in ours]
+    if tenants:
+        reasons.append("another process on the GPU: " + ", ".join(f"pid {p['pid']} ({p['name']})" for p in tenants))
+    return reasons
+
