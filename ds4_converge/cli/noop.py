@@ -131,11 +131,22 @@ def _record(session, ctx, document: dict, facts_at: float) -> None:
              *(arg for arg in current.command if arg.startswith(f"{release}/"))]  # ds4-server
     if ctx.spec.engine.installer:
         files.append(ctx.host_path(ctx.spec.engine.installer))
+    running = {"supervisord": supervisord, name: serving["pid"]}
+    if ctx.spec.front is not None:  # the front door's config, the files it reads, and HAProxy itself
+        from ds4_converge.service import front
+
+        info = ctx.supervisor.info(front.PROGRAM)
+        if not info or info["statename"] != "RUNNING":
+            return
+        running[front.PROGRAM] = info["pid"]
+        tls = ctx.spec.front.tls
+        files += [front.config_path(layout), ctx.host_path(ctx.spec.front.keys),
+                  *([ctx.host_path(tls.cert), ctx.host_path(tls.key)] if tls else [])]
     if ctx.toolkit.nvcc:
         files.append(ctx.toolkit.nvcc)
     asked = receipt.inputs(Path(session.args.spec), list(session.args.overrides))
     made = receipt.make(asked, root=layout.root, files=[str(f) for f in files],
-                        processes={"supervisord": supervisord, name: serving["pid"]}, endpoint=ctx.endpoint,
+                        processes=running, endpoint=ctx.endpoint,
                         model_id=MODEL_ID, document=document, facts_at=facts_at)
     made.update(lock=str(layout.lock_file), logs=str(layout.logs), recorded_at=time.strftime("%Y-%m-%d %H:%M:%S"),
                 lines=_lines(document))

@@ -124,8 +124,15 @@ def recap(document: dict) -> list[Line]:
     if document["ok"]:
         if document["release"] and not check:
             verb = "converged" if document["command"] == "converge" else "rolled back"
-            lines.append([("green", verb), ("", f": release {document['release']} serving {document['endpoint']}")])
-            lines.append([("", f"try:  {curl_line(document['endpoint'])}")])
+            front = document.get("front")
+            if front:
+                lines.append([("green", verb), ("", f": release {document['release']} serving {front['url']} "
+                                                    f"(front door → engine {document['endpoint']})")])
+                lines.append([("", f"try:  {curl_line(front['url'], key=True)}")])
+            else:
+                lines.append([("green", verb),
+                              ("", f": release {document['release']} serving {document['endpoint']}")])
+                lines.append([("", f"try:  {curl_line(document['endpoint'])}")])
         return lines
     lines.append([("bold red", "FAILED"), ("", f": {document['error'] or 'failed'}")])
     if document.get("detail"):
@@ -141,12 +148,14 @@ def serving_words(document: dict) -> str:
     return f"release {document['release']} on {document['endpoint']}" if document["release"] else "nothing"
 
 
-def curl_line(endpoint: str) -> str:
+def curl_line(endpoint: str, *, key: bool = False) -> str:
+    """key: through a front door, with a key of front.keys in $KEY (never printed)."""
     from ds4_converge.health.probe import MODEL_ID  # the id /v1/models lists
 
     body = json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": "What is the capital of France?"}]},
                       separators=(",", ":"))
-    return f"curl -s {endpoint}/v1/chat/completions -H 'Content-Type: application/json' -d '{body}'"
+    auth = " -H \"Authorization: Bearer $KEY\"" if key else ""
+    return f"curl -s {endpoint}/v1/chat/completions{auth} -H 'Content-Type: application/json' -d '{body}'"
 
 
 def status_lines(doc: dict) -> list[str]:
@@ -176,6 +185,12 @@ def status_lines(doc: dict) -> list[str]:
     if watch.get("last_restart"):
         last = watch["last_restart"]
         rows.append(("watchdog", f"{watch['incidents']} incident(s); last restart {last['at']}: {last['cause']}"))
+    front = doc.get("front")
+    if front:
+        where = (f"→ engine {front['points_at']}" if front["points_at"] else "→ no engine slot in service") \
+            if front["up"] else "down (HAProxy does not run)"
+        rows.append(("front door", f"{front['url']} {where}"
+                                   + (f"; metrics {front['metrics']}" if front["metrics"] else "")))
     rows.append(("root", doc["root"]))
     width = max(len(k) for k, _ in rows)
     return [head] + [f"  {k:<{width}}  {escape(v)}" for k, v in rows]

@@ -100,13 +100,15 @@ def switch_of(before, ctx) -> dict | None:
 def finish(session, command: str, outcome, code: int, *, check: bool, switch: dict | None) -> int:
     """The report of a converge or rollback: recorded under root, then the JSON document or the recap."""
     from ds4_converge.cli import report
+    from ds4_converge.cli.service_commands import front_status
     from ds4_converge.core import interrupts
 
     document = report.document(
         command, ok=outcome.ok, exit_code=code, error=outcome.error, **session.serving_fields(),
         aborted="interrupted" if interrupts.received() and not outcome.ok else None,
         changed=outcome.changed, reverted=outcome.reverted, check=check, detail=outcome.detail or None,
-        roles=[r.to_json() for r in outcome.results], switch=switch)
+        roles=[r.to_json() for r in outcome.results], switch=switch,
+        **({"front": front_status(session.ctx)} if session.ctx and session.ctx.spec.front and not check else {}))
     session.document = document
     if not check:
         session.record_run(document)

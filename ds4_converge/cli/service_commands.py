@@ -60,7 +60,8 @@ def status(args, session) -> int:
         last_good_at=last_good.recorded_at if last_good else None, last_run=session.last_run(),
         last_revert=fleet_facts.last_revert(ctx.layout.logs), last_bench=fleet_facts.last_bench(ctx.layout.bench_results),
         watchdog=fleet_facts.watchdog_summary(ctx.layout.root),
-        name=ctx.spec.server.name, root=str(ctx.layout.root), spec=str(args.spec), distributed=distributed)
+        name=ctx.spec.server.name, root=str(ctx.layout.root), spec=str(args.spec), distributed=distributed,
+        front=front_status(ctx))
     if ctx.layout.root.is_dir():
         fleet_facts.after_run(ctx.layout.root, document, healthy=healthy)
     if session.json:
@@ -71,6 +72,15 @@ def status(args, session) -> int:
         if distributed and distributed.get("state"):
             session.say(f"worker {part.layers}: {distributed['state']}")
     return code
+
+
+def front_status(ctx) -> dict | None:
+    """Where the front door is, where it points, whether it is up; None without one."""
+    if ctx.spec.front is None:
+        return None
+    from ds4_converge.service import front
+
+    return front.describe(ctx)
 
 
 LOG_TAIL_BYTES = 256 * 1024  # a worker logs a connection line every ~6 s: the last one is always in here

@@ -105,6 +105,11 @@ class Context:
 
     @property
     def endpoint(self) -> str:
+        """Where the engine answers (the probe, drain and bench talk to it directly). With a front door, the
+        slot of the engine started last (the switch records it as current before it starts it)."""
+        if self.spec.front is not None:
+            current = self.state.current
+            return current.endpoint if current is not None else f"http://127.0.0.1:{self.spec.server.port}"
         return f"http://{self.spec.server.host}:{self.spec.server.port}"
 
 

@@ -22,6 +22,7 @@ def rollback(ctx: Context) -> Outcome:
     try:
         switch.roll_back_to(ctx, target)
         pid = wait_healthy(probe.target(ctx), probe.process_state(ctx))
+        switch.expose(ctx, target)  # proven: clients reach it (a front door points at its slot)
     except Unhealthy as exc:
         return Outcome(ok=False, release=target.release, error=f"rollback: {target.release} is not healthy: {exc}",
                        detail=exc.detail, results=[RoleResult("rollback", "failed", str(exc))])

@@ -10,7 +10,7 @@ from ds4_converge.core.context import Context
 from ds4_converge.core.plan import Finding, RolePlan
 from ds4_converge.health.warmup import missing as missing_warmup
 from ds4_converge.models.placement import placements
-from ds4_converge.preflight import rules
+from ds4_converge.preflight import front, rules
 from ds4_converge.preflight.host_paths import service_identity, writable_dir_findings
 from ds4_converge.preflight.scope import model_bytes_needed
 from ds4_converge.units import GIB, MIB
@@ -52,6 +52,7 @@ def plan(ctx: Context) -> RolePlan:
                                           *service_identity(host.service_user, host.service_passwd))
     findings += [Finding("error", problem) for problem in
                  missing_warmup([path for field, path in paths.items() if field.startswith("health.warmup[")])]
+    findings += front.findings(ctx)
     errors = sum(f.level == "error" for f in findings)
     warnings = sum(f.level == "warning" for f in findings)
     gpu = f"{host.gpus[0].name} ({host.gpus[0].compute_cap})" if host.gpus else "no GPU"

@@ -106,7 +106,9 @@ def restore(layout: Layout, intent: dict) -> str:
         state.save(layout.state_file)
     secrets.write_program(layout, layout.program_conf(name), target.program_conf)
     supervisor.load(name)
-    return f"restored last good {target.release}"
+    from ds4_converge.service.front import serve_restored
+
+    return f"restored last good {target.release}" + serve_restored(layout, name, target)
 
 
 def recover_stale(layout: Layout) -> str | None:

@@ -120,11 +120,19 @@ def _via(cache: RenderCache | None, template: str, values: dict) -> str:
     return cache.render(template, values) if cache is not None else _render(template, values)
 
 
-def supervisord_conf(layout: Layout, *, nodaemon: bool = False, cache: RenderCache | None = None) -> str:
+def supervisord_conf(layout: Layout, *, nodaemon: bool = False, front: list[str] | None = None,
+                     cache: RenderCache | None = None) -> str:
+    """front: HAProxy's argv, when the spec has a front door (a program of this supervisord)."""
     return _via(cache, "supervisord.conf.j2", dict(
         socket=layout.socket, logs=layout.logs, logfile=layout.supervisord_log, pidfile=layout.supervisord_pid,
         root=layout.root, programs=layout.program_dir, nodaemon=nodaemon,
-        guard=command_line(guard_argv(layout.root)), watchdog=command_line(watchdog_argv(layout.root))))
+        guard=command_line(guard_argv(layout.root)), watchdog=command_line(watchdog_argv(layout.root)),
+        front=command_line(front) if front else ""))
+
+
+def render_front(values: dict, cache: RenderCache | None = None) -> str:
+    """HAProxy's config: every value comes quoted for HAProxy already (service/front.py)."""
+    return _via(cache, "haproxy.cfg.j2", values)
 
 
 def program_conf(*, name: str, release: str, argv: list[str], directory: str, log: str, user: str | None,

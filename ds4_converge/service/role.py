@@ -21,15 +21,27 @@ from ds4_converge.core.state import Deployment
 from ds4_converge.models.gguf import judge_files
 from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
 from ds4_converge.models.placement import SLOTS
-from ds4_converge.service import render, secrets, switch, systemd, watchdog
-from ds4_converge.service.supervisor import supervisord_argv
+from ds4_converge.service import front, render, secrets, switch, systemd, watchdog
+from ds4_converge.service.supervisor import SupervisorError, supervisord_argv
 
 NAME = "service"
 LOCK_ENV = load_knowledge()["lock"]["env"]  # every ds4 program flock()s this file; one per instance
 
 
-def desired_deployment(ctx: Context) -> Deployment:
-    server = ctx.spec.server
+def desired_deployment(ctx: Context, current_conf: str | None = None) -> Deployment:
+    """What should run. With a front door, on the slot HAProxy points at when nothing changes (a restart), else
+    on the idle one: a new engine is reached by clients only once the probe passed (service/front.py)."""
+    if not front.enabled(ctx):
+        return _deployment(ctx, ctx.spec.server, ctx.endpoint)
+    for port in (front.live_port(ctx), front.idle_port(ctx)):
+        server = ctx.spec.server.model_copy(update={"host": "127.0.0.1", "port": port})
+        deployment = _deployment(ctx, server, f"http://127.0.0.1:{port}")
+        if deployment.program_conf == current_conf:
+            break
+    return deployment
+
+
+def _deployment(ctx: Context, server, endpoint: str) -> Deployment:
     _check_models_for(ctx)
     kv_dir = ctx.host_path(server.kv_disk_dir) if server.kv_disk_dir else None
     try:
@@ -53,7 +65,7 @@ def desired_deployment(ctx: Context) -> Deployment:
         raise RoleFailed(f"cannot render the program config: {exc}") from None
     files = [str(p) for p in (getattr(ctx.models, slot) for slot in SLOTS) if p]
     conf = conf + "".join(f"; model {p}: {_identity(Path(p))}\n" for p in files)
-    return Deployment(release=ctx.release.id, program_conf=conf, command=command, endpoint=ctx.endpoint,
+    return Deployment(release=ctx.release.id, program_conf=conf, command=command, endpoint=endpoint,
                       model_files=files)
 
 
@@ -89,20 +101,43 @@ def plan(ctx: Context) -> RolePlan:
     name, layout, supervisor = ctx.spec.server.name, ctx.layout, ctx.supervisor
     changes: list[Change] = []
     notes: list[Finding] = []
+    haproxy = (shutil.which("haproxy") or "haproxy") if front.enabled(ctx) else None
     try:
-        main_conf = render.supervisord_conf(layout, cache=ctx.renders)
+        main_conf = render.supervisord_conf(layout, front=front.haproxy_argv(layout, haproxy) if haproxy else None,
+                                            cache=ctx.renders)
     except render.UnsafeValue as exc:  # paths.root is checked at validation; this guards the renderer's rule
         raise RoleFailed(f"paths.root: cannot render supervisord's config: {exc}") from None
-    if _read(layout.supervisord_conf) != main_conf:
-        changes.append(Change(str(layout.supervisord_conf), _read(layout.supervisord_conf), main_conf,
-                              action=partial(_write_config, path=layout.supervisord_conf, text=main_conf)))
+    running = supervisor.is_running()
+    if front.enabled(ctx):  # the front door's config first: supervisord may start HAProxy from it below
+        try:
+            front_conf = front.config(ctx, active=front.live_port(ctx))
+        except (render.UnsafeValue, front.FrontError) as exc:
+            raise RoleFailed(f"front: cannot render HAProxy's config: {exc}") from None
+        path = front.config_path(layout)
+        if _read(path) != front_conf:
+            changes.append(Change(str(path), _read(path), front_conf,
+                                  action=partial(_write_front, text=front_conf)))
+    main_before = _read(layout.supervisord_conf)
+    if main_before != main_conf:
+        changes.append(Change(str(layout.supervisord_conf), main_before, main_conf,
+                              action=partial(_write_config, path=layout.supervisord_conf, text=main_conf,
+                                             before=main_before)))
+    elif front.enabled(ctx) and running and not front.running(ctx):
+        changes.append(Change(f"start the front door ({front.PROGRAM}, not running)",
+                              action=partial(_start_front, before=None)))
+    elif front.enabled(ctx) and running and ctx.state.last_good is not None:
+        # HAProxy runs this config: it must send clients to last good (a run that died holding them, say)
+        live = front.live_port(ctx)
+        points_at = front.describe(ctx)["points_at"]
+        if points_at != f"127.0.0.1:{live}":
+            changes.append(Change(f"point the front door at 127.0.0.1:{live} (it sends clients to "
+                                  f"{points_at or 'no engine'})", action=partial(_point_front, port=live)))
     with_systemd = systemd.has_systemd()
     unit = systemd.unit_path(name)
     if with_systemd:
         text = _unit(ctx)
         if _read(unit) != text:
             changes.append(Change(str(unit), _read(unit), text, action=partial(_install_unit, path=unit, text=text)))
-    running = supervisor.is_running()
     start = "start supervisord" + ("" if with_systemd else
                                    " directly (no systemd here: it will not come back after a reboot)")
     if not running and ctx.release is None:  # --check before the build; otherwise the cold start below
@@ -122,7 +157,7 @@ def plan(ctx: Context) -> RolePlan:
                               "(command line rendered after the build, from the flags ds4-server --help lists)\n",
                               restarts=True))
     else:
-        ctx.desired = desired_deployment(ctx)
+        ctx.desired = desired_deployment(ctx, current_conf)
         if not running:
             # a cold start: supervisord starts what its program file says, so write the new one first and
             # the engine starts once (never the old program, only to be stopped a moment later: an 81 GB load)
@@ -159,16 +194,20 @@ def watch_changes(ctx: Context) -> list[Change]:
     return [Change(str(path), before or None, after, action=lambda c: switch.watch_last_good(c) or "")]
 
 
-def port_findings(ctx: Context) -> list[Finding]:
+def port_findings(ctx: Context, port: int | None = None) -> list[Finding]:
     """The engine binds only after minutes of loading: a port held by anyone but us must fail now, not then.
-    Read again right before stopping what runs: another process may have taken the port since the facts."""
+    Read again right before stopping what runs: another process may have taken the port since the facts.
+    `port`: the slot the engine starts on (a front door's), else server.port."""
     from ds4_converge.facts import HostFacts
     from ds4_converge.facts.port import port_holders
     from ds4_converge.preflight.rules import port_findings as rule
 
-    listeners = port_holders(ctx.spec.server.port)
+    spec = ctx.spec
+    if port is not None and port != spec.server.port:
+        spec = spec.model_copy(update={"server": spec.server.model_copy(update={"port": port})})
+    listeners = port_holders(spec.server.port)
     ours = ctx.supervisor.owns(l.pid for l in listeners if l.pid)
-    return rule(ctx.spec, HostFacts(listeners=listeners), ours)
+    return rule(spec, HostFacts(listeners=listeners), ours)
 
 
 def stale_programs(ctx: Context) -> list[Path]:
@@ -205,11 +244,53 @@ def _systemctl(*args: str) -> None:
         raise RoleFailed(f"systemctl {' '.join(args)} {exc.what}", exc.tail) from None
 
 
-def _write_config(ctx: Context, *, path: Path, text: str) -> str:
+def _write_config(ctx: Context, *, path: Path, text: str, before: str | None = None) -> str:
     ctx.layout.ensure()
     write_atomic(path, text)
     crash_point("supervisord-conf")
+    if ctx.supervisor.is_running():  # a front door added, changed or removed: supervisord learns it now
+        if front.enabled(ctx):
+            return "supervisord config updated; " + _start_front(ctx, before=before)
+        ctx.supervisor.apply_program(front.PROGRAM)
     return "supervisord config updated"
+
+
+def _write_front(ctx: Context, *, text: str) -> str:
+    """HAProxy's config (and the files it names); a running HAProxy reloads it gracefully (in-flight requests
+    finish on the old worker)."""
+    ctx.layout.ensure()
+    front.write_files(ctx, text)
+    if front.running(ctx):
+        ctx.supervisor.signal(front.PROGRAM, "USR2")
+        return "front door config updated (HAProxy reloaded)"
+    return "front door config written"
+
+
+def _point_front(ctx: Context, *, port: int) -> str:
+    front.point_at(ctx, port)
+    return f"front door sends clients to 127.0.0.1:{port}"
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "".join(path.read_text(errors="replace").splitlines(keepends=True)[-lines:])
+    except OSError:
+        return ""
+
+
+def _start_front(ctx: Context, *, before: str | None) -> str:
+    """supervisord runs the front door from its config now. When HAProxy cannot start (it cannot bind, say),
+    supervisord's config goes back to what it was: the box is left as it was, and the run fails."""
+    try:
+        ctx.supervisor.apply_program(front.PROGRAM, wait_running=True)
+    except SupervisorError as exc:
+        tail = _log_tail(ctx.layout.logs / "front.log")
+        if before is not None:
+            write_atomic(ctx.layout.supervisord_conf, before)
+            ctx.supervisor.apply_program(front.PROGRAM)
+        raise RoleFailed(f"front: HAProxy does not start: {exc}" + ("; supervisord's config was put back"
+                                                                     if before is not None else ""), tail) from None
+    return f"front door {front.public_url(ctx)} up"
 
 
 def _install_unit(ctx: Context, *, path: Path, text: str) -> str:
@@ -238,8 +319,12 @@ def _remove_program(ctx: Context, *, path: Path, running: bool = True) -> str:
     return f"removed program {path.stem}"
 
 
+def _engine_port(deployment: Deployment) -> int | None:
+    return front.port_of(deployment)
+
+
 def _switch(ctx: Context, *, deployment: Deployment) -> str:
-    errors = [f for f in port_findings(ctx) if f.level == "error"]
+    errors = [f for f in port_findings(ctx, _engine_port(deployment)) if f.level == "error"]
     if errors:
         raise RoleFailed(str(errors[0]))
     name = ctx.spec.server.name
@@ -253,10 +338,11 @@ def _switch(ctx: Context, *, deployment: Deployment) -> str:
 
 def _cold_start(ctx: Context, *, deployment: Deployment, unit: Path | None) -> str:
     """supervisord is down: the switch writes the new program file, then starts supervisord (service/switch.py)."""
-    errors = [f for f in port_findings(ctx) if f.level == "error"]
+    errors = [f for f in port_findings(ctx, _engine_port(deployment)) if f.level == "error"]
     if errors:
         raise RoleFailed(str(errors[0]))
     ctx.layout.ensure()
     prepare_engine_lock(ctx)
     deployment = switch.cold_start(ctx, deployment, start_supervisord=partial(_start_supervisord, ctx, unit=unit))
-    return f"started {ctx.spec.server.name} on release {deployment.release}"
+    said = f"started {ctx.spec.server.name} on release {deployment.release}"
+    return said + (f"; {_start_front(ctx, before=None)}" if front.enabled(ctx) else "")

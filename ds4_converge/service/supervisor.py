@@ -318,6 +318,37 @@ class Supervisor:
                 if fault.faultCode != _faults().ALREADY_STARTED:
                     raise
 
+    def apply_program(self, name: str, *, wait_running: bool = False, timeout: float = 10) -> None:
+        """A program of supervisord.conf itself (the front door) as that file says now: re-read; added, changed
+        (restarted) or removed. wait_running: until it runs (startsecs passed), else a SupervisorError."""
+        rpc = self._rpc()
+        try:
+            added, changed, removed = rpc.reloadConfig()[0]
+        except xmlrpc.client.Fault as fault:
+            raise SupervisorError(f"supervisord rejected the config: {fault.faultString}") from None
+        if name in changed or name in removed:
+            self.stop(name, grace=10)
+            rpc.removeProcessGroup(name)
+        if name in changed or name in added:
+            rpc.addProcessGroup(name)  # autostart=true starts it
+        info = self.info(name)
+        if info is not None and info["statename"] in NOT_RUNNING_STATES | {"BACKOFF"}:
+            with contextlib.suppress(xmlrpc.client.Fault):
+                rpc.startProcess(name, False)
+        deadline = time.monotonic() + timeout
+        while wait_running:
+            info = self.info(name)
+            if info is not None and info["statename"] == "RUNNING":
+                return
+            if info is None or info["statename"] == "FATAL" or time.monotonic() > deadline:
+                state = info["statename"] if info else "not loaded"
+                why = info["spawnerr"] if info and info["spawnerr"] else "see its log"
+                raise SupervisorError(f"{name} is {state} ({why}) after {timeout:.0f}s")
+            time.sleep(0.1)
+
+    def signal(self, name: str, sig: str) -> None:
+        self._rpc().signalProcess(name, sig)
+
     def ensure_guard(self) -> None:
         """Make sure supervisord runs the switch guard and the watchdog: a supervisord started from an older
         supervisord.conf learns them from the file now (re-read, added), and one that is not running is started."""

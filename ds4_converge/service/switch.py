@@ -23,7 +23,7 @@ from ds4_converge.core.engine_http import request
 from ds4_converge.core.state import Deployment
 from ds4_converge.engine.release import prune
 from ds4_converge.engine_knowledge import load as load_knowledge
-from ds4_converge.service import drain, guard, memory_back, secrets, start_log, watchdog
+from ds4_converge.service import drain, front, guard, memory_back, secrets, start_log, watchdog
 from ds4_converge.service.render import read_program_conf
 
 MODEL_ID = load_knowledge()["model_id"]
@@ -67,6 +67,8 @@ def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -
     grace = stop_grace(ctx.spec)
     pid = ctx.supervisor.running_pid(name)
     running = ctx.state.current.endpoint if ctx.state.current else ctx.endpoint
+    if reason != "revert":  # a front door holds new requests from now until the switch commits or reverts
+        front.hold(ctx)
     if pid and reason != "revert" and _answers(running):  # the engine cuts a generation on SIGTERM: wait until idle
         ctx.drained = drain.wait_idle(running, ctx.spec.server.drain_s, say=ctx.say)
         ctx.say(f"stopping {name} (pid {pid}): SIGTERM, SIGKILL after {grace}s if it has not exited "
@@ -152,7 +154,9 @@ def cold_start(ctx: Context, deployment: Deployment, *, start_supervisord: Calla
 
 def commit(ctx: Context, verdict: Verdict) -> str:
     """The probe's verdict says the switched engine is healthy: record it as last good, stand the guard down,
-    and prune releases no rollback needs. Returns what it did, in words, for the probe's line."""
+    and prune releases no rollback needs. Returns what it did, in words, for the probe's line.
+    With a front door, clients are sent to the new engine first: a flip that fails leaves last good as it was."""
+    expose(ctx, verdict.deployment)
     ctx.state.bless(replace(verdict.deployment.stamped(), bench=verdict.bench))
     ctx.state.save(ctx.layout.state_file)
     watch_last_good(ctx)
@@ -211,6 +215,7 @@ def revert(ctx: Context) -> Revert:
                             f"to; serving now: {serving(ctx)}")
     ctx.say(f"reverting to last good release {last_good.release}")
     switch_to(ctx, last_good, reason="revert")
+    expose(ctx, last_good)  # the slot the front door pointed at before the switch: held requests go there again
     return Revert(last_good)
 
 
@@ -236,6 +241,13 @@ def recover_stale(ctx: Context) -> str | None:
 def settle(ctx: Context) -> None:
     """The switch is settled (proven, reverted, or reported as failed with what serves): the guard stands down."""
     guard.disarm(ctx.layout)
+
+
+def expose(ctx: Context, deployment: Deployment) -> None:
+    """A proven deployment is what clients reach: the front door points at its slot (no front: it already is)."""
+    port = front.port_of(deployment)
+    if front.enabled(ctx) and port in front.slots(ctx):
+        front.point_at(ctx, port)
 
 
 def serving(ctx: Context) -> str:

@@ -319,6 +319,50 @@ class Distributed(Strict):
         return self.role == "worker"
 
 
+def _ipv4_literal(value: str) -> str:
+    if re.fullmatch(r"(\d{1,3})(\.\d{1,3}){3}", value) and all(int(p) < 256 for p in value.split(".")):
+        return value
+    raise ValueError(f"{value!r}: an IPv4 literal (0.0.0.0 for every interface)")
+
+
+class Listen(Strict):
+    """An address to listen on: an IPv4 literal (0.0.0.0: every interface) and a port."""
+
+    host: SafeStr = Field("127.0.0.1", description="IPv4 literal (0.0.0.0: every interface)")
+    port: Int = Field(ge=1, le=65535)
+
+    _ipv4 = field_validator("host")(classmethod(lambda cls, value: _ipv4_literal(value)))
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class Tls(Strict):
+    """The front door's certificate and private key (PEM files; read by HAProxy where they are, never copied)."""
+
+    cert: PathStr = Field(description="PEM certificate (chain)")
+    key: PathStr = Field(description="PEM private key of the certificate")
+
+
+class Front(Strict):
+    """A front door: HAProxy under the same supervisord, in front of the engine. Clients reach `host:port` with
+    `Authorization: Bearer KEY`; the engine listens on loopback only (server.port or server.port + 1, the two
+    slots), and a new engine is reached by clients only after the probe passed. Requests that arrive while no
+    good engine listens (a switch, a restart, a revert) are held up to hold_s, then served."""
+
+    host: SafeStr = Field("0.0.0.0", description="the public address (IPv4 literal; 0.0.0.0: every interface)")
+    port: Int = Field(8000, ge=1, le=65535, description="the public port clients use")
+    keys: PathStr = Field(description="the API-key file: one key per line ('#' comments), mode 0600; read by "
+                                      "HAProxy where it is, never copied")
+    tls: Tls | None = Field(None, description="serve HTTPS with this certificate and key (default: plain HTTP)")
+    hold_s: Int = Field(120, ge=1, le=3600, description="how long a request may be held while no good engine "
+                                                        "listens (a switch, a restart); then 503")
+    metrics: Listen | None = Field(Listen(host="127.0.0.1", port=8405),
+                                   description="where HAProxy's Prometheus exporter answers /metrics (null: none)")
+
+    _ipv4 = field_validator("host")(classmethod(lambda cls, value: _ipv4_literal(value)))
+
+
 class Spec(Strict):
     engine: Engine
     toolchain: Toolchain = Toolchain()
@@ -328,6 +372,37 @@ class Spec(Strict):
     paths: Paths = Paths()
     distributed: Distributed | None = Field(None, description="this box's part in a distributed deployment "
                                                               "(ds4 b030961 and later)")
+    front: Front | None = Field(None, description="a front door (HAProxy) with API keys, optional TLS and "
+                                                  "metrics, that holds requests during a switch")
+
+    @model_validator(mode="after")
+    def _front_ports(self) -> Spec:
+        front = self.front
+        if front is None:
+            return self
+        if self.distributed is not None and self.distributed.worker:
+            raise FieldProblem("front", "a distributed worker serves no HTTP API: only its coordinator takes a front")
+        if self.server.host not in ("127.0.0.1", "localhost"):
+            raise FieldProblem("server.host", f"with front, the engine listens on loopback only (127.0.0.1): "
+                                              f"clients reach it through front.host ({front.host})")
+        if self.server.port == 65535:
+            raise FieldProblem("server.port", "with front, the engine's two slots are server.port and "
+                                              "server.port + 1: 65535 leaves no room for the second")
+        slots = {self.server.port: "server.port (the engine's first slot)",
+                 self.server.port + 1: "server.port + 1 (the engine's second slot)"}
+        if self.distributed is not None:
+            slots[self.distributed.listen.port] = "distributed.listen.port"
+        taken = dict(slots)
+        for field, port in (("front.port", front.port),
+                            ("front.metrics.port", front.metrics.port if front.metrics else None)):
+            if port is None:
+                continue
+            if port in taken:
+                raise FieldProblem(field, f"port {port} is also {taken[port]}: each listener needs its own port "
+                                          f"(with front, the engine listens on 127.0.0.1 at server.port and "
+                                          f"server.port + 1; give server.port another value)")
+            taken[port] = field
+        return self
 
     @model_validator(mode="after")
     def _distributed_ports(self) -> Spec:

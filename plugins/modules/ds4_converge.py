@@ -154,6 +154,14 @@ endpoint:
   returned: always
   type: str
   sample: http://127.0.0.1:8000
+front:
+  description:
+    - The front door, when the spec has one (C(front)) - its public C(url) (what clients use, with a key in
+      their C(Authorization) header), the engine slot it sends clients to (C(points_at)), whether HAProxy is C(up),
+      and the C(metrics) URL. Null without a front door; O(spec) passes C(front) to the tool as it is.
+  returned: always
+  type: dict
+  sample: {url: "http://127.0.0.1:8000", points_at: "127.0.0.1:8001", up: true, metrics: "http://127.0.0.1:8405/metrics"}
 reverted:
   description: The new release failed and the last good one was put back (the task then fails).
   returned: always
@@ -389,6 +397,7 @@ def main():
         rc=rc,
         release=(report or {}).get("release"),
         endpoint=(report or {}).get("endpoint"),
+        front=(report or {}).get("front"),
         reverted=bool((report or {}).get("reverted")),
     )
     if report is not None:

@@ -21,7 +21,7 @@ def problems(path, overrides=()):
     return info.value.problems
 
 
-@pytest.mark.parametrize("name", ["sim.yaml", "spark.yaml"])
+@pytest.mark.parametrize("name", ["sim.yaml", "spark.yaml", "sim-front.yaml"])
 def test_examples_are_valid(name):
     loaded = load_spec(REPO / "spec" / "examples" / name)
     assert loaded.spec.server.speculative.mode == "off"
@@ -32,6 +32,30 @@ def test_spark_example_matches_the_issue():
     assert (spec.server.ctx, spec.server.power, spec.server.warm_weights) == (524288, 100, True)
     assert spec.engine.installer.endswith("ds4-on-spark/main/install.sh")
     assert spec.model.main.source.endswith("abliterated-ds4-Q2.gguf")
+
+
+def test_the_spark_example_has_a_front_door_on_the_public_port():
+    spec = load_spec(REPO / "spec/examples/spark.yaml").spec
+    assert (spec.front.host, spec.front.port, spec.server.host) == ("0.0.0.0", 8000, "127.0.0.1")
+
+
+@pytest.mark.parametrize("extra, field, words", [
+    ("front: {keys: /k}\n", "front.port", "port 8000 is also server.port (the engine's first slot)"),
+    ("server: {port: 7999}\nfront: {keys: /k}\n", "front.port",
+     "port 8000 is also server.port + 1 (the engine's second slot)"),
+    ("server: {port: 9000}\nfront: {keys: /k, metrics: {port: 8000}}\n", "front.metrics.port",
+     "port 8000 is also front.port"),
+    ("server: {port: 9000, host: 0.0.0.0, expose: true}\nfront: {keys: /k}\n", "server.host", "loopback only"),
+    ("server: {port: 65535}\nfront: {keys: /k}\n", "server.port", "no room for the second"),
+])
+def test_front_ports_that_collide_are_refused_at_validation(tmp_path, extra, field, words):
+    [line] = problems(write(tmp_path, BASE + extra))
+    assert f": {field}: " in line and words in line, line
+
+
+def test_a_front_door_needs_a_key_file(tmp_path):
+    [line] = problems(write(tmp_path, BASE + "server: {port: 9000}\nfront: {port: 8000}\n"))
+    assert "front.keys" in line
 
 
 def test_unknown_key_names_line_column_and_nearest_key(tmp_path):

@@ -1,0 +1,63 @@
+"""The front door's own traps, checked before anything changes: HAProxy installed, the key file private, the
+certificate there, the public and metrics ports free (or ours)."""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+
+from ds4_converge.core.context import Context
+from ds4_converge.core.plan import Finding
+
+PACKAGE = "haproxy"  # Debian and Ubuntu's package, which has the Prometheus exporter built in
+
+
+def findings(ctx: Context) -> list[Finding]:
+    front = ctx.spec.front
+    if front is None:
+        return []
+    out: list[Finding] = []
+    if shutil.which("haproxy") is None:
+        out.append(Finding("error", "front: haproxy is not installed (the front door is HAProxy)",
+                           fix=f"apt-get install {PACKAGE}"))
+    out += _key_file(ctx)
+    if front.tls:
+        for field in ("cert", "key"):
+            path = ctx.host_path(getattr(front.tls, field))
+            if not path.is_file():
+                out.append(Finding("error", f"front.tls.{field}: {path} is not a file"))
+    ports = [("front.port", front.port)] + ([("front.metrics.port", front.metrics.port)] if front.metrics else [])
+    for field, port in ports:
+        out += _held(ctx, field, port)
+    return out
+
+
+def _key_file(ctx: Context) -> list[Finding]:
+    path = ctx.host_path(ctx.spec.front.keys)
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return [Finding("error", f"front.keys: {path}: {exc.strerror}",
+                        fix=f"write one API key per line into {path}, then chmod 600 {path}")]
+    if not stat.S_ISREG(st.st_mode):
+        return [Finding("error", f"front.keys: {path} is not a regular file")]
+    if st.st_mode & 0o077:
+        return [Finding("error", f"front.keys: {path} is readable by others (mode {stat.S_IMODE(st.st_mode):04o}): "
+                                 f"API keys must be private", fix=f"chmod 600 {path}")]
+    if not any(line.strip() and not line.lstrip().startswith("#")
+               for line in path.read_text(errors="replace").splitlines()):
+        return [Finding("error", f"front.keys: {path} holds no key (one per line)")]
+    return []
+
+
+def _held(ctx: Context, field: str, port: int) -> list[Finding]:
+    """A port held by anyone but our own supervisord's programs (the front door of an earlier run)."""
+    from ds4_converge.facts.port import port_holders
+
+    listeners = port_holders(port)
+    ours = ctx.supervisor.owns(l.pid for l in listeners if l.pid) if listeners else set()
+    return [Finding("error", f"{field}: port {port} is held by "
+                             + (f"pid {l.pid} ({l.command or '?'})" if l.pid else "a process this user cannot see")
+                             + ", which ds4-converge does not manage",
+                    fix=f"stop it or choose another {field}")
+            for l in listeners if l.pid is None or l.pid not in ours]

@@ -1,0 +1,270 @@
+"""The front door (spec `front`) with a real HAProxy under the real supervisord, in front of the simulated engine:
+clients never see a switch, a bad release never answers them, and no one uses the endpoint without a key."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+import requests
+
+from boxes import Box, free_port
+
+pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")
+
+KEY = "sk-test-front-0123456789"
+QUESTION = {"model": "deepseek-chat", "max_tokens": 16,
+            "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+
+
+def two_free_ports() -> int:
+    """A port P with P + 1 free too: the engine's two slots. Below the ephemeral range (32768-60999 here), as
+    server.port is on a real box: the client's and HAProxy's own connections take ephemeral ports as their source,
+    and an engine that starts on such a port finds it in use."""
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        try:
+            for candidate in (port, port + 1):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("no two free consecutive ports")
+
+
+def key_file(path, mode=0o600):
+    path.write_text(f"# keys of the test endpoint\n{KEY}\n")
+    os.chmod(path, mode)
+    return path
+
+
+def front_box(root, sim_repo) -> Box:
+    made = Box(root, sim_repo, two_free_ports())
+    made.front_port, made.metrics_port = free_port(), free_port()
+    made.spec["front"] = {"host": "127.0.0.1", "port": made.front_port, "hold_s": 30,
+                          "keys": str(key_file(root.parent / f"{root.name}-keys")),
+                          "metrics": {"host": "127.0.0.1", "port": made.metrics_port}}
+    made.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"] = "2"  # long enough that a request meets no engine
+    made.write()
+    return made
+
+
+@pytest.fixture(scope="module")
+def fronted(tmp_path_factory, sim_repo):
+    made = front_box(tmp_path_factory.mktemp("front") / "root", sim_repo)
+    rc, document = made.converge()
+    assert rc == 0, document
+    yield made
+    made.stop()
+
+
+def ask(box, headers=None, timeout=120) -> requests.Response:
+    return requests.post(f"http://127.0.0.1:{box.front_port}/v1/chat/completions", json=QUESTION, timeout=timeout,
+                         headers={"Authorization": f"Bearer {KEY}"} if headers is None else headers)
+
+
+class Client(threading.Thread):
+    """A steady stream of requests through the front door; every answer is kept."""
+
+    def __init__(self, box):
+        super().__init__(daemon=True)
+        self.box, self.done = box, threading.Event()
+        self.answers, self.failures, self.held = [], [], []
+
+    def run(self):
+        while not self.done.is_set():
+            started = time.monotonic()
+            try:
+                answer = ask(self.box)
+                if answer.status_code != 200:
+                    self.failures.append(f"HTTP {answer.status_code}: {answer.text[:200]}")
+                else:
+                    self.answers.append(answer.json()["choices"][0]["message"]["content"])
+            except requests.RequestException as exc:
+                self.failures.append(repr(exc))
+            self.held.append(time.monotonic() - started)
+            time.sleep(0.05)
+
+    def stop(self):
+        self.done.set()
+        self.join(timeout=150)
+
+
+def test_a_client_sees_no_failure_and_no_bad_answer_through_an_upgrade_a_restart_and_a_revert(fronted):
+    box = fronted
+    first = box.status()
+    assert first["healthy"] and first["front"]["up"], first
+    client = Client(box)
+    client.start()
+    try:
+        time.sleep(1)
+        with box.edited({"engine.ref": "v0.3.0"}):
+            rc, upgraded = box.converge()
+            assert rc == 0, upgraded["error"]
+            after_upgrade = box.status()
+            # the new engine took the idle slot, and the front door points at it now
+            assert after_upgrade["endpoint"] != first["endpoint"], (first, after_upgrade)
+            assert after_upgrade["front"]["points_at"] == after_upgrade["endpoint"].removeprefix("http://")
+            time.sleep(1)
+            with box.edited({"server.ctx": 16384}):  # a restart: same release, another setting
+                rc, restarted = box.converge()
+                assert rc == 0, restarted
+                time.sleep(1)
+            with box.edited({"engine.ref": "v0.3.1-wrong-answer"}):  # answers "London": reverted
+                rc, reverted = box.converge()
+            assert rc == 1 and reverted["reverted"], reverted
+            time.sleep(1)
+    finally:
+        client.stop()
+    status = box.status()
+    assert status["release"] == after_upgrade["release"] or status["release"] == status["last_good"]
+    # a revert never moves the front door: it points at last good's slot, where last good runs again
+    assert status["front"]["points_at"] == status["endpoint"].removeprefix("http://"), status
+    assert client.failures == [], client.failures
+    assert client.answers and all("Paris" in a for a in client.answers), [a for a in client.answers if "Paris" not in a]
+    assert len(client.answers) > 20
+
+
+def test_a_request_without_the_right_key_gets_401_in_openais_shape(fronted):
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY},
+                    {"Authorization": "Bearer # keys of the test endpoint"}):
+        answer = ask(fronted, headers=headers, timeout=10)
+        assert answer.status_code == 401, (headers, answer.text)
+        assert answer.json()["error"]["code"] == "invalid_api_key"
+    assert ask(fronted, timeout=30).status_code == 200
+    # the probe talks to the engine directly; the key file is read where it is, never copied
+    config = (fronted.root / "front" / "haproxy.cfg").read_text()
+    assert KEY not in config
+    assert not any(KEY in p.read_text(errors="replace") for p in fronted.root.rglob("*")
+                   if p.is_file() and p.stat().st_size < 1 << 20)
+
+
+def test_the_metrics_endpoint_answers_and_status_says_where_the_front_door_points(fronted):
+    metrics = requests.get(f"http://127.0.0.1:{fronted.metrics_port}/metrics", timeout=10)
+    assert metrics.status_code == 200 and "haproxy_backend_http_responses_total" in metrics.text
+    status = fronted.status()
+    assert status["front"]["url"] == f"http://127.0.0.1:{fronted.front_port}"
+    assert status["front"]["metrics"] == f"http://127.0.0.1:{fronted.metrics_port}/metrics"
+    assert status["front"]["up"] and status["front"]["points_at"] == status["endpoint"].removeprefix("http://")
+    text = fronted.cli("status", str(fronted.spec_path)).stdout
+    assert f"front door  http://127.0.0.1:{fronted.front_port} → engine {status['front']['points_at']}" in text
+
+
+def test_haproxy_that_dies_is_started_again_by_supervisord(fronted):
+    pid = int(subprocess.run(["pgrep", "-f", f"haproxy -W -db -f {fronted.root}/front/haproxy.cfg"],
+                             capture_output=True, text=True).stdout.split()[0])
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if ask(fronted, timeout=5).status_code == 200:
+                break
+        except requests.RequestException:
+            pass
+        time.sleep(0.3)
+    else:
+        raise AssertionError("the front door did not come back")
+    status = fronted.status()
+    assert status["front"]["up"] and status["front"]["points_at"] == status["endpoint"].removeprefix("http://")
+
+
+@pytest.mark.parametrize("problem", ["missing", "readable by others"])
+def test_a_key_file_missing_or_readable_by_others_is_refused_before_anything_changes(tmp_path, sim_repo, problem):
+    box = front_box(tmp_path / "root", sim_repo)
+    keys = tmp_path / "root-keys"
+    if problem == "missing":
+        keys.unlink()
+    else:
+        os.chmod(keys, 0o644)
+    rc, document = box.converge()
+    assert rc == 1 and not document["reverted"], document
+    assert "front.keys" in document["error"] and ("chmod 600" in document["error"] or problem == "missing")
+    assert not box.root.exists(), "a run refused by preflight leaves no trace"
+
+
+def test_ports_that_collide_are_refused_at_validation(tmp_path, sim_repo):
+    box = front_box(tmp_path / "root", sim_repo)
+    box.spec["front"]["port"] = box.port + 1
+    box.write()
+    proc = box.cli(str(box.spec_path))
+    assert proc.returncode == 2, proc
+    assert "front.port" in proc.stderr + proc.stdout and "second slot" in proc.stderr + proc.stdout
+    assert not box.root.exists()
+
+
+def test_a_front_port_held_by_someone_else_leaves_the_box_as_it_was(tmp_path, sim_repo):
+    box = front_box(tmp_path / "root", sim_repo)
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", box.front_port))
+        holder.listen()
+        rc, document = box.converge()
+    assert rc == 1, document
+    assert f"front.port: port {box.front_port} is held by pid {os.getpid()}" in document["error"], document["error"]
+    assert not box.root.exists()
+
+
+def test_tls_when_a_certificate_and_key_are_given(tmp_path, sim_repo):
+    box = front_box(tmp_path / "root", sim_repo)
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    os.chmod(key, 0o600)
+    box.spec["front"]["tls"] = {"cert": str(cert), "key": str(key)}
+    box.write()
+    try:
+        rc, document = box.converge()
+        assert rc == 0, document
+        assert document["front"]["url"] == f"https://127.0.0.1:{box.front_port}"
+        answer = requests.post(f"https://127.0.0.1:{box.front_port}/v1/chat/completions", json=QUESTION,
+                               headers={"Authorization": f"Bearer {KEY}"}, verify=str(cert), timeout=30)
+        assert answer.status_code == 200 and "Paris" in json.dumps(answer.json())
+        with pytest.raises(requests.RequestException):  # plain HTTP is not served
+            requests.get(f"http://127.0.0.1:{box.front_port}/v1/models", timeout=5)
+        assert key.read_text() not in "".join(p.read_text(errors="replace") for p in box.root.rglob("*")
+                                              if p.is_file() and not p.is_symlink() and p.stat().st_size < 1 << 20)
+    finally:
+        box.stop()
+
+
+def test_a_front_door_added_to_a_serving_box_keeps_its_engine_and_one_that_cannot_start_leaves_it_as_it_was(
+        tmp_path, sim_repo):
+    box = front_box(tmp_path / "root", sim_repo)
+    front = box.spec.pop("front")
+    box.write()
+    try:
+        rc, document = box.converge()
+        assert rc == 0, document["error"]
+        before = box.status()
+        conf = (box.root / "supervisor" / "supervisord.conf").read_text()
+        # a certificate HAProxy cannot load: preflight sees a file; HAProxy refuses to start
+        bad = tmp_path / "bad.pem"
+        bad.write_text("not a certificate\n")
+        box.spec["front"] = {**front, "tls": {"cert": str(bad), "key": str(bad)}}
+        box.write()
+        rc, document = box.converge()
+        assert rc == 1 and not document["reverted"], document
+        assert "front: HAProxy does not start" in document["error"], document["error"]
+        assert (box.root / "supervisor" / "supervisord.conf").read_text() == conf
+        after = box.status()
+        assert (after["pid"], after["release"], after["healthy"]) == (before["pid"], before["release"], True)
+        assert after["front"]["up"] is False
+        # the same front door without the bad certificate: the engine keeps running on its port (slot a)
+        box.spec["front"] = front
+        box.write()
+        rc, document = box.converge()
+        assert rc == 0, document["error"]
+        fronted = box.status()
+        assert fronted["pid"] == before["pid"] and fronted["front"]["points_at"] == f"127.0.0.1:{box.port}"
+        assert ask(box, timeout=30).status_code == 200
+    finally:
+        box.stop()
