@@ -298,18 +298,24 @@ class Supervisor:
         except OSError:
             return False
 
-    def load(self, name: str) -> None:
-        """Make supervisord run the program file as written now: re-read, replace the group, start it."""
+    def _reload_group(self, name: str, *, grace: float):
+        """supervisord re-reads its config; the group `name` is replaced (stopped within grace) or added as the
+        files say now. Returns the XML-RPC proxy for what the caller does next."""
         rpc = self._rpc()
         try:
             added, changed, removed = rpc.reloadConfig()[0]
         except xmlrpc.client.Fault as fault:
             raise SupervisorError(f"supervisord rejected the config: {fault.faultString}") from None
         if name in changed or name in removed:
-            self.stop(name, grace=60)
+            self.stop(name, grace=grace)
             rpc.removeProcessGroup(name)
         if name in changed or name in added:
             rpc.addProcessGroup(name)  # autostart=true starts it
+        return rpc
+
+    def load(self, name: str) -> None:
+        """Make supervisord run the program file as written now: re-read, replace the group, start it."""
+        rpc = self._reload_group(name, grace=60)
         info = self.info(name)
         if info and info["state"] not in (ProcessStates.RUNNING, ProcessStates.STARTING):
             try:
@@ -321,16 +327,7 @@ class Supervisor:
     def apply_program(self, name: str, *, wait_running: bool = False, timeout: float = 10) -> None:
         """A program of supervisord.conf itself (the front door) as that file says now: re-read; added, changed
         (restarted) or removed. wait_running: until it runs (startsecs passed), else a SupervisorError."""
-        rpc = self._rpc()
-        try:
-            added, changed, removed = rpc.reloadConfig()[0]
-        except xmlrpc.client.Fault as fault:
-            raise SupervisorError(f"supervisord rejected the config: {fault.faultString}") from None
-        if name in changed or name in removed:
-            self.stop(name, grace=10)
-            rpc.removeProcessGroup(name)
-        if name in changed or name in added:
-            rpc.addProcessGroup(name)  # autostart=true starts it
+        rpc = self._reload_group(name, grace=10)
         info = self.info(name)
         if info is not None and info["statename"] in NOT_RUNNING_STATES | {"BACKOFF"}:
             with contextlib.suppress(xmlrpc.client.Fault):

@@ -254,18 +254,24 @@ def test_home_in_a_spec_path_is_the_service_users(box, fake):
 # ----------------------------------------------------------------------------- rule 7: port
 
 
-@pytest.fixture
-def squatter(box, tmp_path):
-    """A process that is not ours listening on the box's port."""
-    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(box.port), "--bind", "127.0.0.1"],
+def _listen_foreign(box, tmp_path, address: str):
+    """A process that is not ours listening on the box's port at `address`, until the test ends."""
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(box.port), "--bind", address],
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
-            socket.create_connection(("127.0.0.1", box.port), timeout=0.2).close()
+            socket.create_connection((address, box.port), timeout=0.2).close()
             break
         except OSError:
             time.sleep(0.05)
+    return proc
+
+
+@pytest.fixture
+def squatter(box, tmp_path):
+    """A process that is not ours listening on the box's port."""
+    proc = _listen_foreign(box, tmp_path, "127.0.0.1")
     yield proc
     proc.terminate()
     proc.wait(10)
@@ -280,15 +286,7 @@ def test_port_held_by_a_foreign_process_is_an_error_naming_pid_and_command(box, 
 @pytest.fixture
 def squatter_on(box, tmp_path):
     """A foreign process listening on the box's port at another loopback address (127.0.0.2)."""
-    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(box.port), "--bind", "127.0.0.2"],
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.2", box.port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
+    proc = _listen_foreign(box, tmp_path, "127.0.0.2")
     yield proc
     proc.terminate()
     proc.wait(10)
