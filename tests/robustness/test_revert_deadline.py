@@ -31,7 +31,9 @@ def test_an_engine_that_exits_after_its_start_window_is_a_crash_loop_reverted_at
     """The engine loads for 1.5 s (past supervisord's one-second start window), then refuses a value late
     (`--trace` into a folder that does not exist) and exits 1; supervisord starts it again and again, never
     BACKOFF. The probe sees the first exit and fails with its status and last words, not 'not listening yet
-    (loading)' until the deadline."""
+    (loading)' until the deadline. (With the watchdog on, supervisord restarts nothing itself: the first exit
+    is final, and the test below covers it; the crash loop needs supervisord's own autorestart.)"""
+    box.spec["health"]["watchdog"] = {"enabled": False}
     rc, first = box.converge()
     assert rc == 0, first
     box.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"] = "1.5"
@@ -44,5 +46,24 @@ def test_an_engine_that_exits_after_its_start_window_is_a_crash_loop_reverted_at
     assert "exit status 1" in document["error"] and "failed to open trace file" in document["error"], document
     assert "not ready within" not in document["error"], document["error"]
     assert "failed to open trace file /nonexistent-ds4c/trace.txt" in document["detail"], document["detail"]
+    status = box.status()
+    assert status["healthy"] and status["release"] == first["release"], status
+
+
+def test_with_the_watchdog_an_engine_that_exits_after_its_start_window_is_reverted_at_once(box):
+    """The same late exit with the watchdog on (the default): supervisord does not start it again, and the probe
+    fails at the exit with its status and last words."""
+    rc, first = box.converge()
+    assert rc == 0, first
+    box.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"] = "1.5"
+    box.spec["server"]["extra_args"] = ["--trace", "/nonexistent-ds4c/trace.txt"]
+    box.spec["health"]["deadline_s"] = 120
+    box.write()
+    started = time.monotonic()
+    rc, document = box.converge()
+    assert rc == 1 and document["reverted"], document
+    assert time.monotonic() - started < 60, document  # the exit, not the 120 s deadline
+    assert "ds4-server exited (exit status 1" in document["error"], document["error"]
+    assert "failed to open trace file /nonexistent-ds4c/trace.txt" in document["error"], document["error"]
     status = box.status()
     assert status["healthy"] and status["release"] == first["release"], status
