@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -162,6 +163,9 @@ def test_the_installed_collection_installs_the_tool_on_a_fresh_host(shipped, sim
     from boxes import MODEL, free_port
 
     host = tmp_path / "fresh"
+    # the root's supervisord socket must fit AF_UNIX's ~107 bytes: a short folder of its own, removed at the end
+    short = tempfile.TemporaryDirectory(prefix="ds4c-f.")
+    root = Path(short.name) / "root"
     subprocess.run([sys.executable, "-c", MAKE_VENV, str(host / "venv")], check=True, timeout=60)
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"sparks": {"hosts": {"fresh": {
@@ -171,7 +175,7 @@ def test_the_installed_collection_installs_the_tool_on_a_fresh_host(shipped, sim
         "ds4_converge_spec": {
             "engine": {"repo": str(sim_repo), "ref": "v0.2.0", "target": "cpu", "jobs": 2},
             "model": {"main": str(MODEL)}, "server": {"port": free_port(), "ctx": 32768},
-            "health": {"deadline_s": 20, "soak_s": 1, "interval_s": 0.2}, "paths": {"root": str(host / "root")}},
+            "health": {"deadline_s": 20, "soak_s": 1, "interval_s": 0.2}, "paths": {"root": str(root)}},
     }}}}))
     env = _env(tmp_path / "home") | {"ANSIBLE_COLLECTIONS_PATH": str(shipped.parents[2]),
                                      "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp")}
@@ -192,6 +196,7 @@ def test_the_installed_collection_installs_the_tool_on_a_fresh_host(shipped, sim
         if tool.exists():
             subprocess.run([str(tool), "stop", str(host / "spec.yaml")], env=host_env, capture_output=True,
                            timeout=120)
+        short.cleanup()
 
 
 def test_a_collection_without_a_wheel_names_ds4_converge_source(installed, tmp_path):
