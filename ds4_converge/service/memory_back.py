@@ -38,11 +38,14 @@ def wait_until_back(needed: int, *, bound_s: float = MEMORY_BACK_S, available: C
         return now
     say(f"waiting up to {bound_s:.0f}s for the old engine's memory to come back: {gib(now)} available, "
         f"{gib(needed)} needed")
-    end = clock() + bound_s
+    began = clock()
+    end = began + bound_s
     while clock() < end:
         sleep(POLL_S)
         now = available()
         if now is None or now >= needed:
+            if now is not None:
+                say(f"the old engine's memory is back after {clock() - began:.1f}s: {gib(now)} available")
             return now
     raise RoleFailed(f"the old engine's memory did not come back: {gib(now)} available after {bound_s:.0f}s, the "
                      f"new engine needs {gib(needed)} (the memory budget's peak and its reserve); not starting it")

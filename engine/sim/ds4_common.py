@@ -663,6 +663,51 @@ def simulate_load(g, backend, warm, stop_requested, hang=False):
         log("ds4: CPU model weights ready %.2f GiB in %.1fs" % (gib, el))
 
 
+def hold_seconds_back():
+    """(bytes, seconds): what the engine holds while it runs beyond its mapping (a GB10's device cache of the
+    tensors), and how long after it exits that memory is back (the driver frees it late). Both 0 by default."""
+    return (int(setting_float("DS4_SIM_HOLD_GIB", "hold_gib", "0") * (1 << 30)),
+            setting_float("DS4_SIM_RETURN_SECONDS", "return_seconds", "0"))
+
+
+def hold_memory():
+    """With DS4_SIM_HOLD_GIB set: a child of the engine's process group takes and touches that much anonymous
+    memory, and gives it back DS4_SIM_RETURN_SECONDS after the engine is gone (it leaves the group then, as the
+    driver's late free outlives the process). Returns once the memory is held."""
+    nbytes, back_s = hold_seconds_back()
+    if nbytes <= 0:
+        return
+    import mmap
+    ready_r, ready_w = os.pipe()
+    alive_r, alive_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            os.close(alive_w)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the group's stop signal is the engine's, not ours
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            held = mmap.mmap(-1, nbytes)
+            chunk = b"\1" * (1 << 24)
+            for offset in range(0, nbytes, len(chunk)):
+                held.write(chunk[:nbytes - offset])
+            os.write(ready_w, b"1")
+            os.read(alive_r, 1)  # EOF: the engine is gone
+            os.setsid()
+            log("ds4-sim: the engine is gone; its %.2f GiB come back in %.1fs" % (nbytes / float(1 << 30), back_s))
+            time.sleep(back_s)
+            held.close()
+            log("ds4-sim: %.2f GiB given back" % (nbytes / float(1 << 30)))
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(alive_r)
+    os.read(ready_r, 1)
+    os.close(ready_r)
+    log("ds4-sim: holding %.2f GiB besides the mapping" % (nbytes / float(1 << 30)))
+    # alive_w stays open (not inheritable) for the life of the engine: its close at exit is the child's signal
+
+
 def choose_backend(requested):
     """The backend asked for, else cuda in CUDA builds and cpu otherwise; exits 1 (after the model
     checks, as ds4_engine_open() does) when this build cannot run it."""

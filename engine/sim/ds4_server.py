@@ -980,6 +980,7 @@ def main(argv=None):
     # Like the real engine, a first SIGTERM does not interrupt the load (nothing in it looks at the flag):
     # the server finishes loading, binds, and only then shuts down. A second signal exits 130 at once.
     C.simulate_load(g, backend, o["warm"], lambda: False, hang=st.fault[0] == "hang")
+    C.hold_memory()
 
     vocab = len(g.kv.get("tokenizer.ggml.tokens") or ())  # the real engine's ds4_engine_vocab_size()
     if distributed and distributed["--role"] == "worker":

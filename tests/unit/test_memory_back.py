@@ -24,7 +24,7 @@ def test_memory_that_comes_back_in_time_is_waited_for_and_said():
                           say=said.append)
     assert got == 90 * GIB and clock.now == 1.5
     assert said == ["waiting up to 10s for the old engine's memory to come back: 10.0 GiB available, "
-                    "85.0 GiB needed"]
+                    "85.0 GiB needed", "the old engine's memory is back after 1.5s: 90.0 GiB available"]
 
 
 def test_memory_that_does_not_come_back_fails_the_switch_with_the_numbers():
