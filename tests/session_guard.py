@@ -17,6 +17,7 @@ tests/conftest.py loads this plugin (pytest_plugins); a pytest of its own loads 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -89,9 +90,10 @@ def pytest_sessionfinish(session, exitstatus):
         problems += [f"skipped: {nodeid}: {reason}" for nodeid, reason in sorted(_SKIPS.items())
                      if nodeid not in ALLOWED_SKIPS]
     if config.getoption("no_leaks"):
-        # the test caches folder (user_cache_guard) is removed by its own sessionfinish, which may run after this one
-        from user_cache_guard import TEST_CACHES
-        left = sorted(outside_entries() - _OUTSIDE_BEFORE - {str(TEST_CACHES)})
+        # the test caches folder (user_cache_guard) is removed by its own sessionfinish, which may run after this
+        # one; a pytest without that plugin has none (importing it here would make one, which nobody removes)
+        guard = sys.modules.get("user_cache_guard")
+        left = sorted(outside_entries() - _OUTSIDE_BEFORE - ({str(guard.TEST_CACHES)} if guard else set()))
         problems += [f"left outside the clone: {path}" for path in left]
     if problems:
         reporter = config.pluginmanager.get_plugin("terminalreporter")

@@ -286,7 +286,7 @@ def write_last_run(logs, document: dict) -> None:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def permission_words(exc: PermissionError, *, advice: bool = True) -> str:

@@ -97,7 +97,12 @@ class Context:
             return
         for learned in (self.digests, self.pins, self.renders):
             if learned is not None:
-                learned.flush()  # writes only what this run learned
+                try:
+                    learned.flush()  # writes only what this run learned
+                except OSError:
+                    # a cache that cannot be written (a full disk) is learned again by the next run; what this
+                    # run did, and its outcome, stand
+                    continue
 
     def host_path(self, raw: str) -> Path:
         """Expand a spec path on this host for the service user (never the caller's own HOME)."""

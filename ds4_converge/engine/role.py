@@ -145,13 +145,28 @@ def _builder(ctx: Context, findings: list[Finding]) -> Builder | None:
     return builder
 
 
+def _full_disk(root) -> str:
+    """' (No space left on device: …)' when the disk that holds the root is (all but) full, else ''."""
+    import shutil
+
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        return ""
+    return f" (No space left on device: {free // 1024} KiB free where {root} is)" if free < 1024 * 1024 else ""
+
+
 def _build(ctx: Context, *, repo: EngineRepo, request: releases.BuildRequest, findings: list[Finding]) -> str:
     ctx.say(f"building {request.ref} into releases/{request.release_id} "
             f"(log: {ctx.layout.build_log(request.release_id)})")
     try:
         ctx.release = releases.build(ctx.layout, repo, request, _builder(ctx, findings))
     except releases.BuildFailed as exc:
-        raise RoleFailed(f"build failed: {exc}; the serving release is untouched (log: {exc.log})", exc.tail) from None
+        said = [line.strip() for line in (exc.tail or "").splitlines() if line.strip()]
+        # the command's last word (a compiler error, git's complaint); a log that holds none: a full disk, maybe
+        why = f" ({said[-1][:300]})" if said else _full_disk(ctx.layout.root)
+        raise RoleFailed(f"build failed: {exc}{why}; the serving release is untouched (log: {exc.log})",
+                         exc.tail) from None
     except RepoError as exc:
         raise RoleFailed(str(exc)) from None
     findings += _memory_findings(ctx, ctx.release)  # the plan's own list: the role's warnings in the report

@@ -15,9 +15,9 @@ import re
 from pathlib import Path
 
 from ds4_converge.core.layout import Layout, write_atomic
-from ds4_converge.service.render import INLINE_COMMENT, UnsafeValue
+from ds4_converge.service.render import UnsafeValue
+from ds4_converge.spec.values import SECRET_NAME, secret_value_problem
 
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
 _PLACEHOLDER = re.compile(r"@ds4c-secret-[0-9a-f]{32}@")
 _known: dict[str, str] = {}  # placeholder -> value, learned from the spec by this run
 
@@ -33,15 +33,10 @@ def placeholder(value: str) -> str:
 def _rendered(value: str) -> str:
     """The value quoted as it stands in `environment=K=…` (supervisor's parser: a non-POSIX shlex, which knows no
     escapes and strips quote characters at the ends, then configparser's interpolation and inline comments)."""
-    if any(ch in value for ch in "\n\r\x00") or value != value.strip() or value[:1] in "'\"" and value \
-            or value[-1:] in "'\"" and value:
-        raise UnsafeValue("a secret in server.env cannot hold a newline, edge whitespace or edge quotes "
-                          "(supervisord's environment= could not pass it)")
-    if INLINE_COMMENT.search(value) or "%(" in value:
-        raise UnsafeValue("a secret in server.env cannot hold ' ;', ' #' or '%(' (supervisord's INI parser)")
-    quote = '"' if '"' not in value else "'" if "'" not in value else None
-    if quote is None:
-        raise UnsafeValue("a secret in server.env cannot hold both kinds of quotes (supervisord's environment=)")
+    problem = secret_value_problem(value)  # validation refuses these already; a value from elsewhere, here
+    if problem:
+        raise UnsafeValue(problem)
+    quote = "'" if '"' in value else '"'
     return f"{quote}{value.replace('%', '%%')}{quote}"
 
 

@@ -215,8 +215,31 @@ def check_extra_args(args: list[str]) -> list[str]:
     return args
 
 
+# a variable whose name says it is a secret reaches the engine through supervisord's environment= only
+# (service/secrets.py), whose parser cannot pass every value: refused here, at validation, before anything runs
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
+_INI_COMMENT = re.compile(r"(?<=\s)(?=[;#])")  # configparser's inline comment: ' ;' or ' #'
+
+
+def secret_value_problem(value: str) -> str | None:
+    """Why supervisord's `environment=` cannot pass this secret (its parser: a non-POSIX shlex that knows no
+    escapes and strips quote characters at the ends, then configparser's interpolation and inline comments)."""
+    if any(ch in value for ch in "\n\r\x00") or value != value.strip() or value[:1] in "'\"" and value \
+            or value[-1:] in "'\"" and value:
+        return ("a secret in server.env cannot hold a newline, edge whitespace or edge quotes (supervisord's "
+                "environment= could not pass it)")
+    if _INI_COMMENT.search(value) or "%(" in value:
+        return "a secret in server.env cannot hold ' ;', ' #' or '%(' (supervisord's INI parser)"
+    if '"' in value and "'" in value:
+        return "a secret in server.env cannot hold both kinds of quotes (supervisord's environment=)"
+    return None
+
+
 def check_env(env: dict[str, str]) -> dict[str, str]:
-    for key in env:
+    for key, value in env.items():
         if key in MANAGED_ENV:
             raise FieldProblem((key,), f"{key} is set by ds4-converge: {MANAGED_ENV[key]}")
+        problem = SECRET_NAME.search(key) and secret_value_problem(value)
+        if problem:
+            raise FieldProblem((key,), problem)
     return env

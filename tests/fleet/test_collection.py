@@ -49,8 +49,10 @@ pytestmark = [
 def _env(home: Path) -> dict[str, str]:
     home.mkdir(parents=True, exist_ok=True)  # ansible-doc prints nothing at all without a HOME to write to
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "PIP_"))}
-    env.update(HOME=str(home), ANSIBLE_HOME=str(home / ".ansible"), ANSIBLE_NOCOLOR="1", NO_COLOR="1",
-               PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
+    # the remote temporary folder too: left unset, Ansible makes the account's ~/.ansible/tmp (from the password
+    # database, not $HOME) on every host, localhost included
+    env.update(HOME=str(home), ANSIBLE_HOME=str(home / ".ansible"), ANSIBLE_REMOTE_TEMP=str(home / ".ansible" / "remote"),
+               ANSIBLE_NOCOLOR="1", NO_COLOR="1", PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
     return env
 
 

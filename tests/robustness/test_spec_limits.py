@@ -109,6 +109,16 @@ def test_extra_args_cannot_override_a_managed_flag(tmp_path, args, flag, field):
     assert f"{flag} is set by ds4-converge from {field}" in problem
 
 
+@pytest.mark.parametrize("value, said", [
+    ("'\"'", "edge quotes"), ("' tok'", "edge whitespace"), ("'a ;b'", "' ;'"), ("'a\"b''c'", "both kinds of quotes"),
+])
+def test_a_secret_supervisord_cannot_pass_is_refused_at_validation(tmp_path, value, said):
+    path = write(tmp_path, BASE + f"server:\n  env: {{HF_TOKEN: {value}}}\n")
+    problem = only_problem(path)
+    assert problem.startswith(f"{path}:8:") and "server.env.HF_TOKEN: a secret in server.env cannot hold" in problem
+    assert said in problem
+
+
 def test_the_lock_file_variable_is_managed(tmp_path):
     problem = only_problem(write(tmp_path, BASE + "server:\n  env: {DS4_LOCK_FILE: /tmp/ds4.lock}\n"))
     assert "server.env.DS4_LOCK_FILE: DS4_LOCK_FILE is set by ds4-converge" in problem
