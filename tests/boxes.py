@@ -5,6 +5,7 @@ import contextlib
 import copy
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -48,6 +49,22 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def two_free_ports() -> int:
+    """A port P with P + 1 free too: the engine's two slots. Below the ephemeral range (32768-60999 here), as
+    server.port is on a real box: the client's and HAProxy's own connections take ephemeral ports as their source,
+    and an engine that starts on such a port finds it in use."""
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        try:
+            for candidate in (port, port + 1):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("no two free consecutive ports")
 
 
 class Box:

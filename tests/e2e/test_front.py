@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
 import socket
@@ -15,29 +14,13 @@ import time
 import pytest
 import requests
 
-from boxes import Box, free_port
+from boxes import Box, free_port, two_free_ports
 
 pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")
 
 KEY = "sk-test-front-0123456789"
 QUESTION = {"model": "deepseek-chat", "max_tokens": 16,
             "messages": [{"role": "user", "content": "What is the capital of France?"}]}
-
-
-def two_free_ports() -> int:
-    """A port P with P + 1 free too: the engine's two slots. Below the ephemeral range (32768-60999 here), as
-    server.port is on a real box: the client's and HAProxy's own connections take ephemeral ports as their source,
-    and an engine that starts on such a port finds it in use."""
-    for _ in range(200):
-        port = random.randrange(20000, 32000)
-        try:
-            for candidate in (port, port + 1):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", candidate))
-        except OSError:
-            continue
-        return port
-    raise AssertionError("no two free consecutive ports")
 
 
 def key_file(path, mode=0o600):

@@ -22,7 +22,7 @@ import urllib.request
 import pytest
 
 import real_engine
-from boxes import Box, free_port, report_document
+from boxes import Box, free_port, report_document, two_free_ports
 from serving import KV_CACHE_ARGS, PROMPT, WORD
 
 # each token costs seconds here: bounded per test above the default 300 s (each wait inside is bounded too)
@@ -39,7 +39,7 @@ CONVERGE_TIMEOUT = 600
 
 @pytest.fixture(scope="module")
 def box(tmp_path_factory, engine_repo, phantom):
-    made = Box(tmp_path_factory.mktemp("realserve") / "root", engine_repo, free_port())
+    made = Box(tmp_path_factory.mktemp("realserve") / "root", engine_repo, two_free_ports())  # two: the front door's slots
     made.spec = {
         "engine": {"repo": str(engine_repo), "ref": "8d57664", "target": "cpu", "jobs": 2},
         "model": {"main": str(phantom.main), "mtp": str(phantom.mtp), "memory_budget": "warn"},
@@ -243,3 +243,76 @@ def test_rollback_goes_back_to_the_release_before_and_it_answers(box):
     back, pid = serving(box)
     assert pid is not None and back == document["release"]
     assert answer(box) == " phantom"
+
+
+FRONT_KEY = "sk-test-real-front-door"
+
+
+def through_front(box: Box, port: int, timeout: float = 600) -> str:
+    """The phantom's answer to "Hi" asked through the front door, with the key."""
+    body = json.dumps({"model": "deepseek-chat", "messages": [{"role": "user", "content": PROMPT}],
+                       "max_tokens": 1, "temperature": 0, "thinking": {"type": "disabled"}}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", body,
+                                     {"content-type": "application/json", "authorization": f"Bearer {FRONT_KEY}"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())["choices"][0]["message"]["content"]
+
+
+class FrontClient(threading.Thread):
+    """One request after another through the front door; every answer and every failure kept."""
+
+    def __init__(self, box: Box, port: int):
+        super().__init__(daemon=True)
+        self.box, self.port, self.done = box, port, threading.Event()
+        self.answers: list[str] = []
+        self.failures: list[str] = []
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                self.answers.append(through_front(self.box, self.port))
+            except (OSError, ValueError, KeyError) as exc:
+                self.failures.append(repr(exc))
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(timeout=660)
+        assert not self.is_alive(), "the client's last request never ended"
+
+
+@pytest.mark.timeout(1800)
+def test_a_front_door_keeps_a_real_client_whole_through_an_upgrade_a_restart_and_a_revert(box, tmp_path):
+    """The real engine behind HAProxy: one client asks all the time through an upgrade (8d57664 → b030961), a
+    restart (a setting changed) and a release that answers wrongly (reverted); it meets no failure and no wrong
+    answer, since what arrives while no good engine listens is held and the bad release never takes the slot."""
+    keys = tmp_path / "keys"
+    keys.write_text(FRONT_KEY + "\n")
+    keys.chmod(0o600)
+    front_port = free_port()
+    box.spec["front"] = {"host": "127.0.0.1", "port": front_port, "hold_s": 600, "keys": str(keys), "metrics": None}
+    box.spec["engine"]["ref"] = "8d57664"
+    box.write()
+    rc, document = converge(box)  # the engine moves behind the front door, onto a slot
+    assert rc == 0 and document["ok"], document
+    assert through_front(box, front_port).strip() == WORD
+    client = FrontClient(box, front_port)
+    client.start()
+    try:
+        rc, upgraded = converge(box, "engine.ref=b030961")
+        assert rc == 0 and upgraded["ok"], upgraded
+        box.spec["engine"]["ref"] = "b030961"
+        box.write()
+        _, before = serving(box)
+        rc, restarted = converge(box, "server.env.DS4C_TEST_SETTING=restart")
+        assert rc == 0 and restarted["ok"] and restarted["release"] == upgraded["release"], restarted
+        assert serving(box)[1] != before
+        rc, reverted = converge(box, "engine.ref=wrong-answer")
+        assert rc == 1 and reverted["reverted"], reverted
+    finally:
+        client.stop()
+    status = box.status()
+    assert status["release"] == upgraded["release"] and status["front"]["up"], status
+    assert status["front"]["points_at"] == status["endpoint"].removeprefix("http://"), status
+    assert client.failures == [], client.failures
+    assert client.answers and all(text.strip() == WORD for text in client.answers), client.answers
