@@ -12,9 +12,16 @@ key). Each switch is one real `ds4-converge SPEC --set …`. Counted per switch:
            median and max, next to the engine's load time (DS4_SIM_LOAD_SECONDS)
 
     .venv/bin/python benchmarks/front_door.py              # the simulated engine; updates REPORT.md
+    DS4_ENGINE_CACHE=… .venv/bin/python benchmarks/front_door.py --real --phantom phantom-ds4flash.gguf
 
-Needs haproxy on PATH (`apt-get install haproxy`). The real engine serving the phantom on a CPU is not measured
-by this script yet (see REPORT.md).
+--real measures the real engine instead (upstream 8d57664 → b030961 as the upgrade, a one-line change of 8d57664
+whose greedy sampling picks the wrong token as the bad release, `make cpu`), serving --phantom (made by
+engine/models/make_phantom_gguf.py): every request is the 5-token "Hi" with max_tokens 1, answered " phantom",
+each costing seconds on a CPU, so the steady latency varies by seconds and only latency above it by more than
+REAL_HELD_S counts as held. The two runs (without, then with `front`) share one root, so each release is built
+once (before the switches measured: a build happens while the old engine still serves).
+
+Needs haproxy on PATH (`apt-get install haproxy`).
 """
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
@@ -39,6 +47,7 @@ sys.path.insert(0, str(HERE))
 from report_file import free_port, write_section  # noqa: E402
 
 HEADING = "## Front door: failed requests and held latency through switches"
+REAL_HEADING = "## Front door on the real engine (phantom, CPU)"
 LOAD_S = 3.0  # the simulated engine's load: what a held request waits for at least
 HELD_S = 0.25
 KEY = "sk-bench-front-door"
@@ -46,12 +55,21 @@ BODY = json.dumps({"model": "deepseek-chat", "max_tokens": 16, "temperature": 0,
                    "messages": [{"role": "user", "content": "What is the capital of France?"}]}).encode()
 SWITCHES = [("upgrade", {"engine.ref": "v0.3.0"}), ("restart", {"engine.ref": "v0.3.0", "server.ctx": "16384"}),
             ("revert (wrong answer)", {"engine.ref": "v0.3.1-wrong-answer"})]
+# the real engine: upstream's two versions, and 8d57664 with greedy sampling off by one (tests/realserve/conftest.py)
+REAL_HELD_S = 10.0
+REAL_BODY = json.dumps({"model": "deepseek-chat", "max_tokens": 1, "temperature": 0, "thinking": {"type": "disabled"},
+                        "messages": [{"role": "user", "content": "Hi"}]}).encode()
+REAL_FIRST = {"engine.ref": "8d57664"}
+REAL_SWITCHES = [("upgrade", {"engine.ref": "b030961"}),
+                 ("restart", {"engine.ref": "b030961", "server.env.DS4C_BENCH_SETTING": "restart"}),
+                 ("revert (wrong answer)", {"engine.ref": "wrong-answer"})]
 
 
 class Client(threading.Thread):
-    def __init__(self, url: str, key: str | None):
+    def __init__(self, url: str, key: str | None, body: bytes = BODY, good: str = "Paris"):
         super().__init__(daemon=True)
         self.url, self.key, self.done = url, key, threading.Event()
+        self.body, self.good = body, good
         self.records: list[tuple[float, float, str]] = []  # (start, latency, "ok" | "bad" | "failed")
 
     def run(self) -> None:
@@ -59,10 +77,10 @@ class Client(threading.Thread):
         while not self.done.is_set():
             start = time.monotonic()
             try:
-                request = urllib.request.Request(f"{self.url}/v1/chat/completions", data=BODY, headers=headers)
-                with urllib.request.urlopen(request, timeout=300) as answer:
+                request = urllib.request.Request(f"{self.url}/v1/chat/completions", data=self.body, headers=headers)
+                with urllib.request.urlopen(request, timeout=900) as answer:
                     text = json.loads(answer.read())["choices"][0]["message"]["content"]
-                outcome = "ok" if "Paris" in text else "bad"
+                outcome = "ok" if self.good in text else "bad"
             except (OSError, ValueError, KeyError, urllib.error.HTTPError):
                 outcome = "failed"
             self.records.append((start, time.monotonic() - start, outcome))
@@ -73,15 +91,34 @@ def converge(spec: Path, sets: list[str], changes: dict) -> dict:
     argv = [sys.executable, "-m", "ds4_converge.cli", str(spec), *sets, "--json"]
     for key, value in changes.items():
         argv += ["--set", f"{key}={value}"]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
     return json.loads(proc.stdout)
 
 
-def measure(front: bool, work: Path) -> list[dict]:
-    root = work / ("front-root" if front else "root")
+@dataclass
+class Side:
+    """What one side of the comparison converges and asks: the simulated engine, or the real one."""
+
+    spec: Path
+    front_spec: Path
+    first: dict
+    switches: list
+    body: bytes = BODY
+    good: str = "Paris"
+    held_s: float = HELD_S
+    shared_root: bool = False
+
+
+SIM = Side(REPO / "spec/examples/sim.yaml", REPO / "spec/examples/sim-front.yaml", {"engine.ref": "v0.2.0"}, SWITCHES)
+
+
+def measure(front: bool, work: Path, side: Side = SIM) -> list[dict]:
+    root = work / ("front-root" if front and not side.shared_root else "root")
     port = 21000 + os.getpid() % 4000 * 2  # below the ephemeral range: the engine's slots must stay free
-    sets = ["--set", f"paths.root={root}", "--set", f"server.port={port}", "--set", f"server.kv_disk_dir={root}/kv",
-            "--set", "health.soak_s=2", "--set", f"server.env.DS4_SIM_LOAD_SECONDS={LOAD_S}"]
+    sets = ["--set", f"paths.root={root}", "--set", f"server.port={port}"]
+    if not side.shared_root:
+        sets += ["--set", f"server.kv_disk_dir={root}/kv", "--set", "health.soak_s=2",
+                 "--set", f"server.env.DS4_SIM_LOAD_SECONDS={LOAD_S}"]
     if front:
         keys = work / "keys"
         keys.write_text(KEY + "\n")
@@ -89,34 +126,39 @@ def measure(front: bool, work: Path) -> list[dict]:
         public, metrics = free_port(), free_port()
         sets += ["--set", f"front.port={public}", "--set", f"front.metrics.port={metrics}",
                  "--set", f"front.keys={keys}"]
-        spec, url = REPO / "spec/examples/sim-front.yaml", f"http://127.0.0.1:{public}"
+        spec, url = side.front_spec, f"http://127.0.0.1:{public}"
     else:
-        spec, url = REPO / "spec/examples/sim.yaml", f"http://127.0.0.1:{port}"
-    first = converge(spec, sets, {"engine.ref": "v0.2.0"})
+        spec, url = side.spec, f"http://127.0.0.1:{port}"
+    first = converge(spec, sets, side.first)
     assert first["ok"], first["error"]
     rows = []
     try:
-        for name, changes in SWITCHES:
-            client = Client(url, KEY if front else None)
+        for name, changes in side.switches:
+            client = Client(url, KEY if front else None, side.body, side.good)
             client.start()
             time.sleep(2)
+            while not any(outcome == "ok" for _, _, outcome in client.records):  # a steady latency first
+                time.sleep(0.5)
             began = time.monotonic()
             document = converge(spec, sets, changes)
             ended = time.monotonic()
             time.sleep(2)
             client.done.set()
-            client.join(timeout=400)
+            client.join(timeout=1000)
             steady = statistics.median(lat for start, lat, outcome in client.records
                                        if outcome == "ok" and start < began)
             during = [r for r in client.records if r[0] + r[1] >= began and r[0] <= ended]
             failed = [(start, start + lat) for start, lat, outcome in client.records if outcome == "failed"]
-            held = [lat - steady for start, lat, outcome in during if outcome != "failed" and lat - steady > HELD_S]
+            held = [lat - steady for start, lat, outcome in during if outcome != "failed" and lat - steady > side.held_s]
             rows.append({"switch": name, "front": front, "ok": document["ok"], "reverted": document["reverted"],
                          "requests": len(client.records),
                          "failed": sum(r[2] == "failed" for r in client.records),
                          "bad": sum(r[2] == "bad" for r in client.records),
                          "held": len(held), "held_median_s": statistics.median(held) if held else 0.0,
                          "held_max_s": max(held) if held else 0.0, "switch_s": ended - began,
+                         "steady_s": steady,
+                         "slowest_during_s": max((lat for _, lat, outcome in during if outcome != "failed"),
+                                                 default=0.0),
                          "unanswered_s": failed[-1][1] - failed[0][0] if failed else 0.0})
     finally:
         subprocess.run([sys.executable, "-m", "ds4_converge.cli", "stop", str(spec), *sets], capture_output=True,
@@ -124,18 +166,64 @@ def measure(front: bool, work: Path) -> list[dict]:
     return rows
 
 
-def report(rows: list[dict]) -> str:
-    haproxy = subprocess.run(["haproxy", "-v"], capture_output=True, text=True).stdout.splitlines()[0]
-    lines = [HEADING, "",
-             f"`benchmarks/front_door.py`, {date.today()}, {platform.machine()}, {os.cpu_count()} CPUs, Python "
-             f"{platform.python_version()}, {haproxy.split(' - ')[0]}; the simulated engine (load {LOAD_S:.0f} s), "
-             f"one client sending one request after another (50 ms apart) through each switch, one run of each.",
-             "", "| switch | front | requests | failed | refused for | bad answers | held | added latency median (max) | run |",
-             "|---|---|---|---|---|---|---|---|---|"]
+def real_side(work: Path, phantom: Path) -> Side:
+    """A spec of the real engine serving the phantom (both sides in one root), and its repository: the two
+    upstream versions built by tests/real_engine.py, and the wrong-answer release on top of 8d57664."""
+    import serving_gap
+
+    repo = serving_gap.real_repo(serving_gap.real_trees([]), work / "upstream.git")
+    env = {**os.environ, **serving_gap.GIT_ENV}
+    subprocess.run(["git", "checkout", "-q", "8d57664"], cwd=repo, env=env, check=True)
+    source = repo / "ds4.c"
+    text = source.read_text()
+    wrong = text.replace("            best = (int)i;\n        }\n    }\n    return best;\n}",
+                         "            best = (int)i;\n        }\n    }\n    return best + 1;\n}")
+    assert wrong != text, "8d57664's greedy sampler is not where it was"
+    source.write_text(wrong)
+    for argv in (["git", "commit", "-q", "-am", "greedy sampling picks the token after the best"],
+                 ["git", "tag", "wrong-answer"], ["git", "checkout", "-q", "main"]):
+        subprocess.run(argv, cwd=repo, env=env, check=True)
+    (work / "kv").mkdir()
+    base = {
+        "engine": {"repo": str(repo), "ref": "8d57664", "target": "cpu", "jobs": os.cpu_count() or 1},
+        "model": {"main": str(phantom.resolve()), "memory_budget": "warn"},
+        "server": {"ctx": 1024, "stop_wait_s": 60, "drain_s": 300, "kv_disk_dir": str(work / "kv"),
+                   "extra_args": ["--kv-cache-min-tokens", "4", "--kv-cache-boundary-align-tokens", "0",
+                                  "--kv-cache-boundary-trim-tokens", "0"]},
+        "health": {"deadline_s": 900, "soak_s": 1, "interval_s": 0.5,
+                   "smoke": {"prompt": "Hi", "expect": "phantom", "max_tokens": 1}}}
+    spec = work / "real.yaml"
+    spec.write_text(json.dumps(base))
+    front_spec = work / "real-front.yaml"
+    front_spec.write_text(json.dumps({**base, "front": {"host": "127.0.0.1", "port": 8000, "hold_s": 1800,
+                                                        "keys": str(work / "keys"),
+                                                        "metrics": {"host": "127.0.0.1", "port": 8405}}}))
+    return Side(spec, front_spec, REAL_FIRST, REAL_SWITCHES, REAL_BODY, "phantom", REAL_HELD_S, shared_root=True)
+
+
+def table(rows: list[dict]) -> list[str]:
+    lines = ["| switch | front | requests | failed | refused for | bad answers | held | added latency median (max) "
+             "| latency steady / slowest during the switch | switch took | run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         run = "ok" if r["ok"] else ("reverted" if r["reverted"] else "failed")
         lines.append(f"| {r['switch']} | {'yes' if r['front'] else 'no'} | {r['requests']} | {r['failed']} | "
-                     f"{r['unanswered_s']:.1f} s | {r['bad']} | {r['held']} | {r['held_median_s']:.2f} s ({r['held_max_s']:.2f} s) | {run} |")
+                     f"{r['unanswered_s']:.1f} s | {r['bad']} | {r['held']} | {r['held_median_s']:.2f} s "
+                     f"({r['held_max_s']:.2f} s) | {r['steady_s']:.2f} s / {r['slowest_during_s']:.2f} s | {r['switch_s']:.1f} s | "
+                     f"{run} |")
+    return lines
+
+
+def machine() -> str:
+    haproxy = subprocess.run(["haproxy", "-v"], capture_output=True, text=True).stdout.splitlines()[0]
+    return (f"`benchmarks/front_door.py`, {date.today()}, {platform.machine()}, {os.cpu_count()} CPUs, Python "
+            f"{platform.python_version()}, {haproxy.split(' - ')[0]}")
+
+
+def report(rows: list[dict]) -> str:
+    lines = [HEADING, "",
+             f"{machine()}; the simulated engine (load {LOAD_S:.0f} s), one client sending one request after another "
+             f"(50 ms apart) through each switch, one run of each.", "", *table(rows)]
     lines += ["", "Without `front` the client meets the switch: every attempt while no engine listens is refused "
               "(failed), and a wrong-answer release answers it until the probe's verdict (bad). With `front`, HAProxy "
               "holds what arrives from the start of the switch (a hold server, refused, retried every 250 ms) and "
@@ -143,23 +231,43 @@ def report(rows: list[dict]) -> str:
               "wait for the drain, the stop, the load and the probe (its smoke answer and its soak, here 2 s): the "
               "added latency is the gap without `front` plus the probe, so the issue's target (added latency ≤ the load "
               "time) is not met by design — a held request is never sent to an engine that has not passed the probe. "
-              "The real engine serving the phantom on a CPU "
-              "was not measured with this script in this session."]
+              f"The real engine: the next section ({REAL_HEADING.removeprefix('## ')})."]
+    return "\n".join(lines) + "\n"
+
+
+def real_report(rows: list[dict], phantom: Path) -> str:
+    lines = [REAL_HEADING, "",
+             f"{machine()}; the real engine (`make cpu`, upstream 8d57664 → b030961; the bad release is 8d57664 with "
+             f"greedy sampling off by one) serving the phantom ({phantom.name}, ctx 1024, the disk KV cache on), one "
+             f"client asking \"Hi\" (max_tokens 1, answered \" phantom\") one request after another through each "
+             f"switch, one run of each. Held: latency above the steady median by more than {REAL_HELD_S:.0f} s (a "
+             f"token costs 2–10 s here).", "", *table(rows)]
+    lines += ["", "As on the simulator, with a CPU's seconds per token: without `front` the client's attempts fail "
+              "while no engine listens and the wrong-answer release answers it; with `front` nothing fails and "
+              "nothing wrong is answered. A request held through a switch waits for the drain of the request in "
+              "flight, the load and the probe's smoke answer. Few requests per switch (one after another, seconds "
+              "each), one run: the counts are small. Without `front` the upgrade's switch time includes building "
+              "b030961 (the old engine serves meanwhile); the run with `front` shares the root and finds it built."]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--real", action="store_true", help="the real engine serving --phantom instead")
+    parser.add_argument("--phantom", type=Path, help="the GGUF the real engine serves (make_phantom_gguf.py)")
     parser.add_argument("--no-report", action="store_true")
     args = parser.parse_args()
+    if args.real and (args.phantom is None or not args.phantom.is_file()):
+        parser.error("--real needs --phantom FILE, a GGUF the real engine loads")
     with tempfile.TemporaryDirectory(prefix="ds4c-front-") as tmp:
         work = Path(tmp)
         os.environ["XDG_CACHE_HOME"] = str(work / "user-cache")
-        rows = [row for front in (False, True) for row in measure(front, work)]
-    text = report(rows)
+        side = real_side(work, args.phantom) if args.real else SIM
+        rows = [row for front in (False, True) for row in measure(front, work, side)]
+    text = real_report(rows, args.phantom) if args.real else report(rows)
     print(text)
     if not args.no_report:
-        write_section(HEADING, text)
+        write_section(REAL_HEADING if args.real else HEADING, text)
 
 
 if __name__ == "__main__":
