@@ -12,7 +12,9 @@ from ds4_converge.service import switch
 def rollback(ctx: Context) -> Outcome:
     """To last good when something else (or nothing) runs; from last good to the good one before it."""
     state = ctx.state
-    running = switch.running_pid(ctx)
+    # an engine just (re)started — by the switch guard after a run died, say — is STARTING for supervisord's
+    # startsecs while it may already answer: it runs, and a rollback from it goes to the good release before
+    running = switch.running_pid(ctx, starting=True)
     on_last_good = state.current is not None and state.current.same_config(state.last_good) and running
     target = state.previous_good if on_last_good else state.last_good
     if target is None:

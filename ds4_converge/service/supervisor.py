@@ -253,9 +253,12 @@ class Supervisor:
         supervised = {info["pid"] for info in self.all_processes() if info["pid"]} or set(self.leftovers())
         return processes.descending_from(pids, supervised)
 
-    def running_pid(self, name: str) -> int | None:
+    def running_pid(self, name: str, *, starting: bool = False) -> int | None:
+        """The program's PID while supervisord says RUNNING (and, with `starting`, STARTING: within startsecs an
+        engine may already answer)."""
         info = self.info(name) if self.is_running() else None
-        return info["pid"] if info and info["statename"] == "RUNNING" and info["pid"] else None
+        states = {"RUNNING", "STARTING"} if starting else {"RUNNING"}
+        return info["pid"] if info and info["statename"] in states and info["pid"] else None
 
     def stop(self, name: str, grace: float) -> None:
         """SIGTERM through supervisord, then wait until the whole process group is gone (GPU memory with it):

@@ -228,9 +228,12 @@ def roll_back_to(ctx: Context, target: Deployment) -> None:
         switch_to(ctx, target, reason="rollback")
 
 
-def running_pid(ctx: Context) -> int | None:
-    """The engine's PID under this root's supervisord; None when it or supervisord does not run."""
-    return ctx.supervisor.running_pid(ctx.spec.server.name) if ctx.supervisor.is_running() else None
+def running_pid(ctx: Context, *, starting: bool = False) -> int | None:
+    """The engine's PID under this root's supervisord; None when it or supervisord does not run (`starting`: an
+    engine supervisord still calls STARTING counts as running)."""
+    if not ctx.supervisor.is_running():
+        return None
+    return ctx.supervisor.running_pid(ctx.spec.server.name, starting=starting)
 
 
 def recover_stale(ctx: Context) -> str | None:
