@@ -122,18 +122,3 @@ def test_the_upgrade_reached_every_box_and_the_bad_release_only_the_canary(box):
         assert status["last_revert"] and status["last_revert"]["release"] == status["release"]
     else:
         assert status["last_revert"] is None
-
-
-def test_a_box_with_its_own_front_door_is_balanced_through_it(box):
-    """spark3 runs its own front door (its spec's `front`): the fleet's backend reaches it at that public port,
-    never at its engine's loopback slots; the other boxes have none and are reached at their engine's port."""
-    config = (FLEET_DIR / "haproxy" / "haproxy.cfg").read_text()
-    (address,) = re.findall(rf"^\s*server {box['name']} (\S+)$", config, re.MULTILINE)
-    front = box["status"].get("front")
-    if box["name"] == "spark3":
-        assert front and front["up"] and front["points_at"], box["status"]
-        assert front["url"] == f"http://{address}", (front, address)
-        assert box["status"]["endpoint"] != f"http://{address}"
-    else:
-        assert front is None, box["status"]
-        assert box["status"]["endpoint"] == f"http://{address}", (box["status"], address)
