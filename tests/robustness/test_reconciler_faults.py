@@ -1,7 +1,8 @@
 """Failures nobody planned for: any exception after the old engine stopped reverts, a failing revert says what
 serves, a supervisord that answers wrongly is never taken for "not running", a cold start starts the engine once,
 a converge while the watchdog restarts a crashed engine waits for it, and --check with a model still to download
-plans instead of crashing."""
+plans instead of crashing, and a rollback from last good while supervisord still starts it goes to the release
+before."""
 import json
 import os
 import signal
@@ -169,3 +170,22 @@ def test_check_mode_plans_a_model_that_is_not_downloaded_yet(box, tmp_path):
     proc = box.cli(str(box.spec_path), "--check", "--diff")
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert "not downloaded yet" in proc.stdout and not (tmp_path / "models").exists()
+
+
+def test_a_rollback_from_last_good_while_supervisord_still_starts_it_goes_to_the_release_before(box, capsys):
+    """An engine just (re)started — by the switch guard after a run died, say — is STARTING for supervisord's
+    startsecs while it may already answer: a rollback then is a rollback from last good, not to it."""
+    rc, first = box.converge()
+    assert rc == 0, first
+    box.spec["engine"]["ref"] = "v0.3.0"
+    box.write()
+    rc, upgraded = box.converge()
+    assert rc == 0 and upgraded["release"] != first["release"], upgraded
+    supervisor = Supervisor(Layout(box.root))
+    supervisor.stop("ds4", grace=10)
+    supervisor._rpc().startProcess("ds4", False)  # supervisord says STARTING for its startsecs (1 s)
+    assert supervisor.info("ds4")["statename"] == "STARTING"
+    rc = cli.main(["rollback", str(box.spec_path), "--json"])
+    document = json.loads(capsys.readouterr().out)
+    assert rc == 0 and document["release"] == first["release"], document
+    assert box.status()["release"] == first["release"]
