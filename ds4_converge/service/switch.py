@@ -112,11 +112,13 @@ def bench_baseline(ctx: Context) -> None:
 
 def _await_memory(ctx: Context) -> None:
     """The new engine starts only into memory that is back (service/memory_back.py); model.memory_budget: warn
-    says the numbers and goes on, as its plan did."""
+    says the numbers and goes on, as its plan did. Memory that is back is the end of the old engine's stop, so
+    server.stop_wait_s bounds the wait too (at most memory_back.MEMORY_BACK_S)."""
     budget = ctx.memory_estimate
     if budget is None or ctx.spec.model.memory_budget != "enforce":
         return
-    memory_back.wait_until_back(budget.peak + memory_back.FREE_RESERVE_BYTES, say=ctx.say)
+    memory_back.wait_until_back(budget.peak + memory_back.FREE_RESERVE_BYTES, say=ctx.say,
+                                bound_s=min(memory_back.MEMORY_BACK_S, float(ctx.spec.server.stop_wait_s)))
 
 
 def _install(ctx: Context, deployment: Deployment, step: str = "") -> None:

@@ -176,7 +176,8 @@ class Server(Strict):
         None, description="run the engine as this user (supervisord must run as root)")
     expose: bool = Field(False, description="acknowledge that a non-loopback host serves an API without auth")
     stop_wait_s: Int = Field(600, ge=10, le=DAY, description="SIGTERM grace before SIGKILL: a loading engine finishes "
-                                                    "its load first, a serving one its prefill and KV write")
+                                                    "its load first, a serving one its prefill and KV write; it also "
+                                                    "bounds (up to 60 s) the wait for its memory to come back")
     drain_s: Seconds = Field(300, ge=0, le=DAY, description="before stopping the engine (restart, upgrade, revert), wait up to "
                                                   "this long for requests in flight to finish; 0 = don't wait")
 

@@ -670,6 +670,20 @@ def hold_seconds_back():
             setting_float("DS4_SIM_RETURN_SECONDS", "return_seconds", "0"))
 
 
+def _touched(nbytes):
+    """nbytes of anonymous memory, every page of it really taken: MAP_POPULATE has the kernel fault them all in
+    (twice as fast as writing them from here), else a write to each."""
+    import mmap
+    populate = getattr(mmap, "MAP_POPULATE", 0)
+    if populate:
+        return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+    held = mmap.mmap(-1, nbytes)
+    chunk = b"\1" * (1 << 24)
+    for offset in range(0, nbytes, len(chunk)):
+        held.write(chunk[:nbytes - offset])
+    return held
+
+
 def hold_memory():
     """With DS4_SIM_HOLD_GIB set: a child of the engine's process group takes and touches that much anonymous
     memory, and gives it back DS4_SIM_RETURN_SECONDS after the engine is gone (it leaves the group then, as the
@@ -677,7 +691,6 @@ def hold_memory():
     nbytes, back_s = hold_seconds_back()
     if nbytes <= 0:
         return
-    import mmap
     ready_r, ready_w = os.pipe()
     alive_r, alive_w = os.pipe()
     pid = os.fork()
@@ -685,12 +698,11 @@ def hold_memory():
         try:
             os.close(ready_r)
             os.close(alive_w)
+            if _lock_fd is not None:  # the driver's late free is memory only: the engine's instance lock goes with it
+                os.close(_lock_fd)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the group's stop signal is the engine's, not ours
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-            held = mmap.mmap(-1, nbytes)
-            chunk = b"\1" * (1 << 24)
-            for offset in range(0, nbytes, len(chunk)):
-                held.write(chunk[:nbytes - offset])
+            held = _touched(nbytes)
             os.write(ready_w, b"1")
             os.read(alive_r, 1)  # EOF: the engine is gone
             os.setsid()

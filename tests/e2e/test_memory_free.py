@@ -5,18 +5,22 @@
 - The old engine's memory comes back late (the simulator holds it in a child that outlives the engine by a few
   seconds, as a GB10's driver frees a device cache late): the switch waits, says so with the numbers, and starts
   the new engine only once that memory is back.
+- The old engine's memory does not come back within the bound (server.stop_wait_s here): the new engine is never
+  started, the switch fails with the numbers and last good serves again.
 
 Each test sizes the context from what MemAvailable says at that moment, so the numbers fall in the middle of a
 window some GiB wide whatever the machine's size: the engine's KV arithmetic (engine knowledge) turns a byte count
 into a ctx. The memory really is held (touched pages), so these tests cost a few GiB for some seconds."""
 import mmap
 import re
+from datetime import datetime
 import multiprocessing
 import time
 from pathlib import Path
 
 import pytest
 
+from boxes import engine_pids
 from ds4_converge.facts.memory import parse_meminfo
 from ds4_converge.models.budget import FREE_RESERVE_BYTES, OS_HEADROOM_BYTES, estimate
 from ds4_converge.units import GIB
@@ -24,6 +28,7 @@ from ds4_converge.units import GIB
 pytestmark = pytest.mark.slow
 
 HELD = 8 * GIB        # what the other program, or the old engine, holds
+DEADLINE_S = 90       # health.deadline_s: taking HELD takes the simulator seconds on a slow, busy machine
 RETURN_S = 4.0        # how long after the old engine is gone its memory is back
 
 
@@ -79,9 +84,10 @@ def test_memory_another_program_holds_refuses_the_start_with_numbers(box, other_
 def test_the_switch_waits_until_the_old_engines_memory_is_back_then_starts_the_new_one(box):
     box.spec["server"]["env"].update(DS4_SIM_HOLD_GIB=str(HELD / GIB), DS4_SIM_RETURN_SECONDS=str(RETURN_S),
                                      DS4_SIM_LOAD_SECONDS="0.3")
+    box.spec["health"]["deadline_s"] = DEADLINE_S
     box.write()
     rc, document = box.converge()
-    assert rc == 0, document
+    assert rc == 0, document.get("error")
     old_pid = box.status()["pid"]
     time.sleep(1)
     # what is free while the old engine holds its memory: the new engine needs 2 GiB more than that (and its
@@ -104,6 +110,61 @@ def test_the_switch_waits_until_the_old_engines_memory_is_back_then_starts_the_n
     # the new engine started only once the old engine's memory was back, a few seconds after it was gone
     (back_after,) = re.findall(r"the old engine's memory is back after ([\d.]+)s", said)
     assert float(back_after) >= RETURN_S / 2, said
+
+
+LEAK_S = 25.0         # the old engine's memory comes back only this long after it is gone: past the bound
+BOUND_S = 10          # server.stop_wait_s of the run that waits for it (its least)
+
+
+def test_memory_that_does_not_come_back_in_time_fails_the_switch_and_last_good_serves_again(box):
+    # last good, started again, holds its own HELD while the old engine's is still out: 2 x HELD for a while
+    box.spec["server"]["env"].update(DS4_SIM_HOLD_GIB=str(HELD / GIB), DS4_SIM_RETURN_SECONDS=str(LEAK_S),
+                                     DS4_SIM_LOAD_SECONDS="0.3")
+    box.spec["health"]["deadline_s"] = DEADLINE_S
+    box.write()
+    rc, document = box.converge()
+    assert rc == 0, document.get("error")
+    good, old_pid = box.status()["release"], box.status()["pid"]
+    old = engine_pids(box.root)  # the engine and its memory's holder
+    time.sleep(1)
+    running = _meminfo()
+    needed = running.available_bytes + 2 * GIB  # only the old engine's share gives this back, and it stays out
+    peak = needed - FREE_RESERVE_BYTES
+    assert peak <= running.total_bytes - OS_HEADROOM_BYTES - GIB, running
+
+    started = time.monotonic()
+    process = box.cli(str(box.spec_path), "--set", f"server.ctx={_ctx_for_peak(peak, _model_bytes(box))}",
+                      "--set", f"server.stop_wait_s={BOUND_S}")
+    said = process.stdout + process.stderr
+    assert process.returncode == 1, said
+    assert f"waiting up to {BOUND_S}s for the old engine's memory to come back" in said, said
+    assert f"the old engine's memory did not come back" in said and f"after {BOUND_S}s" in said, said
+    assert "not starting it" in said and "reverting to last good release" in said, said
+    # the new release never started: the only engine started is last good, again
+    assert set(re.findall(r"starting \S+ on release (\S+)", said)) == {good}, said
+    status = box.status()
+    assert status["release"] == good and status["pid"] not in (None, old_pid) and status["healthy"], (status, said)
+    # it gave up at its bound, long before the leak came back
+    waited = _seconds_between(said, "waiting up to", "reverting to last good release")
+    assert BOUND_S <= waited <= BOUND_S + 3 < LEAK_S, (waited, said)
+    _wait_until_given_back(old, deadline=started + LEAK_S + 30)
+
+
+def _seconds_between(said: str, first: str, then: str) -> float:
+    """Seconds between the run's progress lines that say `first` and `then` (their timestamps)."""
+    stamps = [min(datetime.fromisoformat(stamp) for stamp in re.findall(rf"^(\S+ \S+) … {what}", said, re.MULTILINE))
+              for what in (first, then)]
+    return (stamps[1] - stamps[0]).total_seconds()
+
+
+def _wait_until_given_back(old: set[int], deadline: float) -> None:
+    """The leaked share comes back LEAK_S after the old engine went, and its holder (a process of the old engine's
+    group) exits: wait for it, so that no other test meets it."""
+    while time.monotonic() < deadline:
+        if not any(Path(f"/proc/{pid}").exists() for pid in old):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the simulator's leaked memory was never given back: {old}")
 
 
 def _model_bytes(box) -> int:
