@@ -175,12 +175,13 @@ class Supervisor:
 
     def leftovers(self) -> list[int]:
         """What a dead supervisord of this root left running (SIGKILL, the OOM killer): its engines (processes of
-        this root's releases) and its switch guard, orphaned. Ours, not foreign: nothing else runs our releases.
+        this root's releases), its switch guard and its watchdog, orphaned. Ours, not foreign: nothing else runs our releases.
         Empty while supervisord runs (then it owns what runs)."""
         if self.is_running():
             return []
-        guards = processes.running_argv([os.fsencode(arg) for arg in guard_argv(self.layout.root)[-2:]])
-        return sorted(set(processes.running_under(self.layout.releases)) | set(guards))
+        helpers = {pid for argv in (guard_argv(self.layout.root), watchdog_argv(self.layout.root))
+                   for pid in processes.running_argv([os.fsencode(arg) for arg in argv[-2:]])}
+        return sorted(set(processes.running_under(self.layout.releases)) | helpers)
 
     def stop_leftovers(self, grace: float = LEFTOVER_GRACE_S) -> list[int]:
         """Stop what a dead supervisord left (see leftovers), as stop() would: SIGTERM to each process group,

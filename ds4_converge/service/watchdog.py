@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -261,7 +262,10 @@ def watch(layout: Layout, *, clock=time.monotonic, sleep=time.sleep) -> None:
     from ds4_converge.service.supervisor import Supervisor
 
     supervisor, tracker, watched, last_pid = Supervisor(layout), Tracker(), None, None
+    parent = os.getppid()
     while True:
+        if os.getppid() != parent:  # supervisord was killed: with nothing to restart through, a watchdog is a
+            return                  # leak (and its log was supervisord's pipe: nothing to say it on)
         settings = read_settings(layout)
         if settings != watched:  # a converge committed another engine (or stop removed it): start afresh
             # the engine was just proven: its first completion is due one completion_every_s from now

@@ -17,21 +17,34 @@ pytestmark = pytest.mark.slow
 
 def guard_pids(root) -> set[int]:
     """The switch guard of this root (python -m ds4_converge.service.guard ROOT)."""
-    return {p.pid for p in processes.every()
-            if processes.cmdline(p.pid)[-3:-1] == [b"ds4_converge.service.guard", str(root).encode()]}
+    return _helper_pids(root, "ds4_converge.service.guard")
+
+
+def watchdog_pids(root) -> set[int]:
+    """The watchdog of this root (python -m ds4_converge.service.watchdog ROOT)."""
+    return _helper_pids(root, "ds4_converge.service.watchdog")
+
+
+def _helper_pids(root, module: str) -> set[int]:
+    return {p.pid for p in processes.every() if processes.cmdline(p.pid)[-3:-1] == [module.encode(), str(root).encode()]}
 
 
 def kill_supervisord(box) -> tuple[set[int], set[int]]:
-    """SIGKILL this root's supervisord; what it ran (the engine, the guard) lives on. Returns their pids."""
-    engines, guards = engine_pids(box.root), guard_pids(box.root)
-    assert engines and guards, (engines, guards)
+    """SIGKILL this root's supervisord; what it ran (the engine, the guard) lives on, the watchdog too for a while.
+    Returns the pids of the engine and of the guard and watchdog."""
+    engines, helpers = engine_pids(box.root), guard_pids(box.root) | watchdog_pids(box.root)
+    assert engines and guard_pids(box.root) and watchdog_pids(box.root), (engines, helpers)
     pid = int((box.root / "run" / "supervisord.pid").read_text())
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while processes.start_time(pid) is not None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert engine_pids(box.root) == engines and guard_pids(box.root) == guards  # orphaned, not gone
-    return engines, guards
+    assert engine_pids(box.root) == engines and guard_pids(box.root) <= helpers  # orphaned, not gone
+    return engines, helpers
+
+
+def guards_now(box, helpers: set[int]) -> set[int]:
+    return helpers & (guard_pids(box.root) | watchdog_pids(box.root))
 
 
 def gone(pids: set[int]) -> bool:
@@ -45,7 +58,7 @@ def test_the_next_run_replaces_what_a_killed_supervisord_left_and_serves(box):
     rc, status = box.json("status", str(box.spec_path))
     assert rc == 1 and status["healthy"] is False, status
     assert "is gone, but what it started still runs unsupervised" in status["error"], status
-    assert all(str(pid) in status["error"] for pid in engines | guards), status
+    assert all(str(pid) in status["error"] for pid in engines | guards_now(box, guards)), status
     rc, document = box.converge()
     assert rc == 0 and document["ok"], document
     assert "not manage" not in str(document)
@@ -62,4 +75,19 @@ def test_stop_stops_what_a_killed_supervisord_left(box):
     proc = box.cli("stop", str(box.spec_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert gone(engines) and gone(guards), (engines, guards)
-    assert engine_pids(box.root) == set() and guard_pids(box.root) == set()
+    assert engine_pids(box.root) == set() and guard_pids(box.root) == set() and watchdog_pids(box.root) == set()
+
+
+def test_the_watchdog_leaves_when_supervisord_is_killed(box):
+    """With no supervisord to restart through, an orphaned watchdog would only be a leak: it leaves by itself
+    within one of its intervals."""
+    box.spec["health"]["watchdog"] = {"interval_s": 0.5}
+    box.write()
+    rc, first = box.converge()
+    assert rc == 0, first
+    watchdogs = watchdog_pids(box.root)
+    kill_supervisord(box)
+    deadline = time.monotonic() + 15
+    while not gone(watchdogs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gone(watchdogs), watchdogs
