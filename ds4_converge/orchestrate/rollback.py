@@ -35,5 +35,6 @@ def rollback(ctx: Context) -> Outcome:
         switch.settle(ctx)  # settled either way: the report says what runs
     state.bless(target)
     state.save(ctx.layout.state_file)
+    switch.watch_last_good(ctx)  # the watchdog asks the engine that serves now (a front door's other slot, say)
     return Outcome(ok=True, release=target.release, endpoint=target.endpoint,
                    results=[RoleResult("rollback", "changed", f"back on {target.release} (pid {pid})")])

@@ -251,3 +251,30 @@ def test_a_front_door_added_to_a_serving_box_keeps_its_engine_and_one_that_canno
         assert ask(box, timeout=30).status_code == 200
     finally:
         box.stop()
+
+
+def test_after_a_rollback_to_the_other_slot_the_watchdog_watches_the_engine_that_serves(tmp_path, sim_repo):
+    """A rollback moves the engine to the other slot: the watchdog must ask it there. Watching the slot it left
+    (refused connections) it restarted a healthy engine under traffic every few checks (a fleet run found it)."""
+    box = front_box(tmp_path / "root", sim_repo)
+    box.spec["health"]["watchdog"] = {"interval_s": 0.3, "failures": 2}
+    box.write()
+    try:
+        rc, document = box.converge()
+        assert rc == 0, document["error"]
+        with box.edited({"engine.ref": "v0.3.0"}):
+            rc, upgraded = box.converge()
+            assert rc == 0, upgraded["error"]
+        upgraded = box.status()
+        rc, rolled = box.json("rollback", str(box.spec_path))
+        assert rc == 0 and rolled["ok"], rolled
+        status = box.status()
+        assert status["endpoint"] != upgraded["endpoint"], (status, upgraded)  # the other slot
+        watched = json.loads((box.root / "run" / "watch.json").read_text())
+        assert watched["endpoint"] == status["endpoint"], (watched, status)
+        time.sleep(3)  # ten of the watchdog's intervals: a stale watch would have restarted the engine by now
+        later = box.status()
+        assert later["pid"] == status["pid"] and later["healthy"], (later, status)
+        assert later["watchdog"]["incidents"] == 0, later["watchdog"]
+    finally:
+        box.stop()
