@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """A steady stream of chat requests through HAProxy, and what HAProxy said about each server meanwhile.
 
-    traffic.py start DIR URL SOCKET   start in the background (writes DIR/traffic.pid), return at once
-    traffic.py stop DIR               stop it and wait until DIR/traffic.json is written
-    traffic.py run DIR URL SOCKET     the stream itself (what `start` runs)
+    traffic.py start DIR URL SOCKET [KEYFILE]   start in the background (writes DIR/traffic.pid), return at once
+    traffic.py stop DIR                         stop it and wait until DIR/traffic.json is written
+    traffic.py run DIR URL SOCKET [KEYFILE]     the stream itself (what `start` runs)
+
+With KEYFILE, every request carries `Authorization: Bearer KEY` (a box with its own front door wants one).
 
 Two clients send POST URL/v1/chat/completions one after another (a new connection each, as the engine serves one
 request per connection), each answer's status, its X-Ds4-Server header (the server HAProxy chose) and when it
@@ -52,7 +54,10 @@ def server_states(path: str) -> dict[str, str]:
             if row.get("svname") not in ("FRONTEND", "BACKEND", None)}
 
 
-def run(state: Path, url: str, admin: str) -> None:
+def run(state: Path, url: str, admin: str, key_file: str | None = None) -> None:
+    headers = {"Content-Type": "application/json"}
+    if key_file:
+        headers["Authorization"] = f"Bearer {Path(key_file).read_text().strip()}"
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     target = urlsplit(url)
@@ -65,11 +70,13 @@ def run(state: Path, url: str, admin: str) -> None:
             entry = {"start": started}
             try:
                 conn = http.client.HTTPConnection(target.hostname, target.port, timeout=REQUEST_TIMEOUT_S)
-                conn.request("POST", "/v1/chat/completions", body=BODY, headers={"Content-Type": "application/json"})
+                conn.request("POST", "/v1/chat/completions", body=BODY, headers=headers)
                 response = conn.getresponse()
                 body = response.read()
                 entry.update(status=response.status, server=response.getheader("X-Ds4-Server"),
                              ok=response.status == 200 and b'"chat.completion"' in body)
+                if not entry["ok"]:  # who said no, and how: HAProxy's error page or the engine's JSON
+                    entry["body"] = body[:300].decode("utf-8", "replace")
                 conn.close()
             except (OSError, http.client.HTTPException) as exc:
                 entry.update(status=None, server=None, ok=False, error=f"{type(exc).__name__}: {exc}")
@@ -97,12 +104,13 @@ def run(state: Path, url: str, admin: str) -> None:
     os.replace(tmp, state / "traffic.json")
 
 
-def start(state: Path, url: str, admin: str) -> int:
+def start(state: Path, url: str, admin: str, key_file: str | None = None) -> int:
     state.mkdir(parents=True, exist_ok=True)
     (state / "traffic.json").unlink(missing_ok=True)
     with open(state / "traffic.log", "ab") as log:
-        child = subprocess.Popen([sys.executable, __file__, "run", str(state), url, admin], stdin=subprocess.DEVNULL,
-                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        argv = [sys.executable, __file__, "run", str(state), url, admin, *([key_file] if key_file else [])]
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
     (state / "traffic.pid").write_text(f"{child.pid}\n")
     print(child.pid)
     return 0
@@ -128,10 +136,10 @@ def stop(state: Path) -> int:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if args[:1] == ["run"] and len(args) == 4:
-        run(Path(args[1]), args[2], args[3])
-    elif args[:1] == ["start"] and len(args) == 4:
-        sys.exit(start(Path(args[1]), args[2], args[3]))
+    if args[:1] == ["run"] and len(args) in (4, 5):
+        run(Path(args[1]), *args[2:])
+    elif args[:1] == ["start"] and len(args) in (4, 5):
+        sys.exit(start(Path(args[1]), *args[2:]))
     elif args[:1] == ["stop"] and len(args) == 2:
         sys.exit(stop(Path(args[1])))
     else:

@@ -82,20 +82,8 @@ def test_memory_another_program_holds_refuses_the_start_with_numbers(box, other_
 
 
 def test_the_switch_waits_until_the_old_engines_memory_is_back_then_starts_the_new_one(box):
-    box.spec["server"]["env"].update(DS4_SIM_HOLD_GIB=str(HELD / GIB), DS4_SIM_RETURN_SECONDS=str(RETURN_S),
-                                     DS4_SIM_LOAD_SECONDS="0.3")
-    box.spec["health"]["deadline_s"] = DEADLINE_S
-    box.write()
-    rc, document = box.converge()
-    assert rc == 0, document.get("error")
+    peak = _serving_what_only_its_memory_frees(box, return_s=RETURN_S)
     old_pid = box.status()["pid"]
-    time.sleep(1)
-    # what is free while the old engine holds its memory: the new engine needs 2 GiB more than that (and its
-    # reserve), which only the old engine's memory gives back
-    running = _meminfo()
-    needed = running.available_bytes + 2 * GIB
-    peak = needed - FREE_RESERVE_BYTES
-    assert peak <= running.total_bytes - OS_HEADROOM_BYTES - GIB, running
 
     started = time.monotonic()
     process = box.cli(str(box.spec_path), "--set", f"server.ctx={_ctx_for_peak(peak, _model_bytes(box))}")
@@ -118,19 +106,9 @@ BOUND_S = 10          # server.stop_wait_s of the run that waits for it (its lea
 
 def test_memory_that_does_not_come_back_in_time_fails_the_switch_and_last_good_serves_again(box):
     # last good, started again, holds its own HELD while the old engine's is still out: 2 x HELD for a while
-    box.spec["server"]["env"].update(DS4_SIM_HOLD_GIB=str(HELD / GIB), DS4_SIM_RETURN_SECONDS=str(LEAK_S),
-                                     DS4_SIM_LOAD_SECONDS="0.3")
-    box.spec["health"]["deadline_s"] = DEADLINE_S
-    box.write()
-    rc, document = box.converge()
-    assert rc == 0, document.get("error")
+    peak = _serving_what_only_its_memory_frees(box, return_s=LEAK_S)
     good, old_pid = box.status()["release"], box.status()["pid"]
     old = engine_pids(box.root)  # the engine and its memory's holder
-    time.sleep(1)
-    running = _meminfo()
-    needed = running.available_bytes + 2 * GIB  # only the old engine's share gives this back, and it stays out
-    peak = needed - FREE_RESERVE_BYTES
-    assert peak <= running.total_bytes - OS_HEADROOM_BYTES - GIB, running
 
     started = time.monotonic()
     process = box.cli(str(box.spec_path), "--set", f"server.ctx={_ctx_for_peak(peak, _model_bytes(box))}",
@@ -148,6 +126,22 @@ def test_memory_that_does_not_come_back_in_time_fails_the_switch_and_last_good_s
     waited = _seconds_between(said, "waiting up to", "reverting to last good release")
     assert BOUND_S <= waited <= BOUND_S + 3 < LEAK_S, (waited, said)
     _wait_until_given_back(old, deadline=started + LEAK_S + 30)
+
+
+def _serving_what_only_its_memory_frees(box, return_s: float) -> int:
+    """Converge an engine that holds HELD and gives it back `return_s` after it is gone; return the peak of a new
+    engine that needs 2 GiB more than is free while it serves (and its reserve): only its memory gives that."""
+    box.spec["server"]["env"].update(DS4_SIM_HOLD_GIB=str(HELD / GIB), DS4_SIM_RETURN_SECONDS=str(return_s),
+                                     DS4_SIM_LOAD_SECONDS="0.3")
+    box.spec["health"]["deadline_s"] = DEADLINE_S
+    box.write()
+    rc, document = box.converge()
+    assert rc == 0, document.get("error")
+    time.sleep(1)
+    running = _meminfo()
+    peak = running.available_bytes + 2 * GIB - FREE_RESERVE_BYTES
+    assert peak <= running.total_bytes - OS_HEADROOM_BYTES - GIB, running
+    return peak
 
 
 def _seconds_between(said: str, first: str, then: str) -> float:

@@ -69,7 +69,16 @@ def test_no_request_failed(rollout):
     answers = traffic(rollout)["answers"]
     assert len(answers) >= 50, f"too little traffic to tell: {len(answers)} requests"
     failed = [a for a in answers if not a["ok"]]
-    assert failed == [], f"{len(failed)} of {len(answers)} requests failed: {failed[:5]}"
+    assert failed == [], f"{len(failed)} of {len(answers)} requests failed: {failed[:5]}{front_door_errors()}"
+
+
+def front_door_errors() -> str:
+    """What the boxes' own front doors logged of answers other than 2xx/401 (HAProxy's httplog: its termination
+    state says who closed what), for a failure's message."""
+    lines = [f"{log.parts[-4]}: {line}" for log in sorted(FLEET_DIR.glob("*/root/logs/front.log*"))
+             for line in log.read_text(errors="replace").splitlines()
+             if re.search(r"\s(5\d\d|40[02-9]|4[1-9]\d) \d+ ", line)]
+    return "\nfront doors' log:\n" + "\n".join(lines[-20:]) if lines else ""
 
 
 @pytest.mark.parametrize("rollout", ROLLOUTS)
@@ -122,3 +131,25 @@ def test_the_upgrade_reached_every_box_and_the_bad_release_only_the_canary(box):
         assert status["last_revert"] and status["last_revert"]["release"] == status["release"]
     else:
         assert status["last_revert"] is None
+
+
+def test_a_box_with_its_own_front_door_is_balanced_through_it(box):
+    """spark3 runs its own front door (its spec's `front`): the fleet's backend reaches it at that public port,
+    never at its engine's loopback slots; the other boxes have none and are reached at their engine's port."""
+    config = (FLEET_DIR / "haproxy" / "haproxy.cfg").read_text()
+    (address,) = re.findall(rf"^\s*server {box['name']} (\S+)$", config, re.MULTILINE)
+    front = box["status"].get("front")
+    if box["name"] == "spark3":
+        assert front and front["up"] and front["points_at"], box["status"]
+        assert front["url"] == f"http://{address}", (front, address)
+        assert box["status"]["endpoint"] != f"http://{address}"
+    else:
+        assert front is None, box["status"]
+        assert box["status"]["endpoint"] == f"http://{address}", (box["status"], address)
+
+
+def test_the_watchdog_never_restarted_a_box(box):
+    """Every engine that stopped was stopped by a run (none crashed or hung): a watchdog incident here is a
+    watchdog that watched the wrong engine (a front door's other slot after a rollback restarted a healthy one)."""
+    watchdog = box["status"]["watchdog"]
+    assert watchdog["incidents"] == 0, (box["name"], watchdog)
