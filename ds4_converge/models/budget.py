@@ -5,7 +5,9 @@ killer or a host that stops answering (NVIDIA/open-gpu-kernel-modules#1358), so 
 figures are in engine knowledge (kv, load):
   KV (startup "context buffers") = fixed raw SWA rows + ctx x (bytes_per_token + scratch_bytes_per_token)
   weights are the GGUF file sizes (the whole file is mapped; b030961's plan calls it "resident model").
-  On an integrated GPU (GB10) a load needs more than it keeps for a while (load.unified_load_margin).
+  On an integrated GPU (GB10) b030961 keeps a second, aligned copy of some tensors in device memory
+  (load.integrated_copies, read from the file's tensor table), and a load needs more than it keeps for a while
+  (load.unified_load_margin).
 
 Two rooms are judged: the host's (MemTotal less what the OS keeps), and what is free at the moment it matters:
 MemAvailable, plus what the serving engine gives back when the switch stops it, less a reserve. What other
@@ -41,6 +43,7 @@ class Budget:
     kv_managed: bool      # the KV cache alone reaches the engine's managed-memory threshold
     managed_threshold: int
     load_margin: int = 0  # more than `total`, held for a while during the load (unified memory), then returned
+    device_copies: int = 0  # in `total`: tensors the engine also keeps as device copies (integrated GPU)
 
     @property
     def peak(self) -> int:
@@ -69,12 +72,25 @@ class Room:
         return self.available + self.returned - self.reserve
 
 
+def integrated_copy_bytes(tensors, rule: dict | None) -> int:
+    """What the engine copies a second time into device memory on an integrated GPU (engine knowledge:
+    load.integrated_copies; None: this version makes no such copy): the bytes of the tensors the rule picks."""
+    if not rule:
+        return 0
+    return sum(t.bytes for t in tensors
+               if t.ggml_type == rule["ggml_type"] and len(t.dims) == rule["ndim"] and t.dims[0]
+               and t.dims[0] % rule["row_multiple"] == 0 and t.bytes >= rule["min_bytes"]
+               and t.bytes % rule["block_bytes"] == 0 and rule["except_name"] not in t.name)
+
+
 def estimate(weights_bytes: int, ctx: int, drafter_bytes: int = 0, knowledge: dict | None = None,
-             unified: bool = False) -> Budget:
+             unified: bool = False, device_copies: int = 0) -> Budget:
     """`weights_bytes`: main GGUF (+ MTP file if used); `drafter_bytes`: the DSpark drafter GGUF; `unified`: the
-    GPU shares host memory (GB10), where a load takes more than it keeps (knowledge: load.unified_load_margin)."""
-    if ctx <= 0 or weights_bytes < 0 or drafter_bytes < 0:
-        raise ValueError(f"invalid memory estimate input: ctx={ctx}, weights={weights_bytes}, drafter={drafter_bytes}")
+    GPU shares host memory (GB10), where a load takes more than it keeps (knowledge: load.unified_load_margin);
+    `device_copies`: what the engine keeps twice there (:func:`integrated_copy_bytes`)."""
+    if ctx <= 0 or weights_bytes < 0 or drafter_bytes < 0 or device_copies < 0:
+        raise ValueError(f"invalid memory estimate input: ctx={ctx}, weights={weights_bytes}, drafter={drafter_bytes}"
+                         f", device copies={device_copies}")
     knowledge = knowledge or load_knowledge()
     kv_facts = knowledge["kv"]
     kv_cache = kv_facts["fixed_bytes"] + ctx * kv_facts["bytes_per_token"]
@@ -85,10 +101,11 @@ def estimate(weights_bytes: int, ctx: int, drafter_bytes: int = 0, knowledge: di
         kv=kv,
         kv_cache=kv_cache,
         drafter=drafter_bytes,
-        total=weights_bytes + kv + drafter_bytes,
+        total=weights_bytes + kv + drafter_bytes + device_copies,
         kv_managed=kv_cache >= kv_facts["managed_threshold_bytes"],
         managed_threshold=kv_facts["managed_threshold_bytes"],
         load_margin=int(knowledge["load"]["unified_load_margin"] * (weights_bytes + drafter_bytes)) if unified else 0,
+        device_copies=device_copies,
     )
 
 
@@ -100,7 +117,9 @@ def judge(budget: Budget, mem_total_bytes: int | Room, headroom_bytes: int = OS_
     managed = budget.kv_managed or _managed_by_reserve(budget, room.total)
     if budget.peak > room.usable:
         return "error", (f"does not fit: {numbers}; short by {gib(budget.peak - room.usable)}. "
-                         f"Lower ctx, drop the drafter or use a smaller quant")
+                         f"Lower ctx, drop the drafter or use a smaller quant"
+                         + (" (or DS4_CUDA_Q8_NO_ALIGNED=1 in server.env: the engine then keeps no aligned Q8 copies)"
+                            if budget.device_copies else ""))
     if room.free is not None and budget.peak > room.free:
         return "error", (f"does not fit in what is free now: {numbers}; short by {gib(budget.peak - room.free)}. "
                          f"Other programs hold the rest: stop them, or lower ctx")
@@ -114,7 +133,7 @@ def _managed_by_reserve(budget: Budget, mem_total_bytes: int) -> bool:
     """The engine's second road to managed memory (engine knowledge: kv.managed_reserve)."""
     rule = load_knowledge()["kv"]["managed_reserve"]
     reserve = min(max(rule["fraction"] * mem_total_bytes, rule["min_bytes"]), rule["max_bytes"])
-    free_after_weights = mem_total_bytes - budget.weights - budget.drafter
+    free_after_weights = mem_total_bytes - budget.weights - budget.drafter - budget.device_copies
     return budget.kv >= budget.managed_threshold and free_after_weights - budget.kv < reserve
 
 
@@ -122,6 +141,8 @@ def _numbers(budget: Budget, room: Room) -> str:
     parts = [f"weights {gib(budget.weights)}", f"KV {gib(budget.kv)} (ctx {budget.ctx})"]
     if budget.drafter:
         parts.append(f"drafter {gib(budget.drafter)}")
+    if budget.device_copies:
+        parts.append(f"device copies {gib(budget.device_copies)} (Q8 tensors the engine also keeps aligned)")
     if budget.load_margin:
         parts.append(f"{gib(budget.load_margin)} more while it loads (unified memory)")
     said = (f"{' + '.join(parts)} = {gib(budget.peak)} needed, "

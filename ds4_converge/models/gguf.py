@@ -322,12 +322,23 @@ class Field:
 
 
 @dataclass(frozen=True)
+class TensorInfo:
+    """One tensor of the table: its GGML type, dimensions (GGUF order: dim 0 is the row length) and data bytes."""
+
+    name: str
+    ggml_type: int
+    dims: tuple[int, ...]
+    bytes: int
+
+
+@dataclass(frozen=True)
 class GgufHeader:
     fields: dict[str, Field]
     tensor_names: list[str]
     size: int = 0  # of the file
     data_end: int = 0  # where the last tensor's data ends (tensors of an unknown type count for nothing)
     last_tensor: str | None = None  # the tensor that ends there
+    tensors: tuple[TensorInfo, ...] = ()
 
     def values(self) -> dict[str, Any]:
         return {key: f.value for key, f in self.fields.items()}
@@ -422,19 +433,20 @@ def read_gguf_header(path: str | Path, watch=()) -> GgufHeader:
         for _ in range(cur.checked_count(n_kv, 12)):
             key = cur.string()
             fields[key] = cur.value(cur.scalar("I"))
-        names, extents = [], []
+        names, extents, tensors = [], [], []
         for _ in range(cur.checked_count(n_tensors, 24)):
             names.append(cur.string())
             n_dims = cur.scalar("I")
             dims = struct.unpack_from(f"<{cur.checked_count(n_dims, 8)}Q", buf, cur.pos)
             cur.pos += 8 * n_dims
             ggml_type, offset = cur.scalar("I"), cur.scalar("Q")
-            extents.append((names[-1], offset + _tensor_bytes(ggml_type, dims)))
+            tensors.append(TensorInfo(names[-1], ggml_type, dims, _tensor_bytes(ggml_type, dims)))
+            extents.append((names[-1], offset + tensors[-1].bytes))
         alignment = fields.get("general.alignment")
         align = alignment.value if alignment and alignment.type == _T.UINT32 and alignment.value else 32
         data_start = -(-cur.pos // align) * align
         last, end = max(extents, key=lambda e: e[1], default=(None, 0))
-        return GgufHeader(fields, names, len(buf), data_start + end if last else 0, last)
+        return GgufHeader(fields, names, len(buf), data_start + end if last else 0, last, tuple(tensors))
 
 
 def _tensor_bytes(ggml_type: int, dims) -> int:

@@ -14,10 +14,10 @@ from ds4_converge.core.context import Context
 from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
 from ds4_converge.engine.server_args import ModelPaths
-from ds4_converge.models.budget import Room, estimate, judge, short_but_warned
+from ds4_converge.models.budget import Room, estimate, integrated_copy_bytes, judge, short_but_warned
 from ds4_converge.models.digests import check_in_place
 from ds4_converge.engine_knowledge import FORK, for_version, known_versions
-from ds4_converge.models.gguf import judge_files
+from ds4_converge.models.gguf import judge_files, read_gguf_header
 from ds4_converge.models.placement import SLOTS, Placement, dest_is_file, placements
 from ds4_converge.spec.sources import parse_source
 from ds4_converge.units import human_bytes
@@ -115,8 +115,10 @@ def budget_findings(ctx: Context) -> list[Finding]:
     weights_slots = ["main"] + (["mtp"] if speculative == "mtp" else [])
     if any(sizes.get(s) is None for s in weights_slots) or (speculative == "dspark" and sizes.get("dspark") is None):
         return [Finding("info", "memory budget: model sizes are known once the files are downloaded")]
+    unified = _unified(ctx)
     budget = estimate(sum(sizes[s] for s in weights_slots), ctx.spec.server.ctx,
-                      drafter_bytes=sizes["dspark"] if speculative == "dspark" else 0, unified=_unified(ctx))
+                      drafter_bytes=sizes["dspark"] if speculative == "dspark" else 0, unified=unified,
+                      device_copies=device_copies(ctx) if unified else 0)
     ctx.memory_estimate = budget
     level, message = judge(budget, room(ctx))
     ctx.memory_short = None
@@ -124,6 +126,25 @@ def budget_findings(ctx: Context) -> list[Finding]:
         ctx.memory_short = message
         return [Finding("warning", short_but_warned(message))]
     return [Finding({"ok": "info", "warn": "warning", "error": "error"}[level], f"memory budget {message}")]
+
+
+def device_copies(ctx: Context) -> int:
+    """What a CUDA load on an integrated GPU keeps twice (engine knowledge: load.integrated_copies), read from the
+    main file's tensor table; by the version the pin names, or the largest of those it may be. None of it for a
+    layer slice or SSD streaming (the engine builds no copies then) or with the engine's own switch set off."""
+    spec, main = ctx.spec, ctx.models.main
+    if not spec.engine.target.startswith("cuda") or spec.distributed is not None or main is None \
+            or not main.is_file() or any(a.startswith("--ssd-streaming") for a in spec.server.extra_args):
+        return 0
+    rules = [r for r in (for_version(v)["load"].get("integrated_copies") for v in _versions_to_judge_by(ctx))
+             if r and spec.server.env.get(r["off_env"], "0") in ("", "0")]
+    if not rules:
+        return 0
+    try:
+        tensors = read_gguf_header(main).tensors
+    except (OSError, ValueError):
+        return 0  # identity_findings reports an unreadable file
+    return max(integrated_copy_bytes(tensors, rule) for rule in rules)
 
 
 def _size(want: Placement) -> int | None:

@@ -326,6 +326,31 @@ def test_load_facts_the_memory_budget_reads(each_engine, ds4_c):
     assert 0 < load["unified_load_margin"] < 1
 
 
+def test_the_device_copies_each_version_keeps_on_an_integrated_gpu(each_engine):
+    """knowledge `load.integrated_copies`: b030961's Q8_0 aligned artifacts are additive (the raw tensor stays
+    served), picked by ds4_repack_q8_candidate's own tests; the expert repacks replace the raw experts byte for
+    byte (counted once); 8d57664 builds none."""
+    rule = knowledge(each_engine)["load"]["integrated_copies"]
+    repack_file = each_engine.tree / "cuda" / "mmq" / "ds4_repack.cu"
+    if not repack_file.exists():
+        assert rule is None and "ds4_gpu_build_derived_artifacts" not in each_engine.source("ds4_cuda.cu")
+        return
+    repack = each_engine.source("cuda/mmq/ds4_repack.cu")
+    q8 = repack[repack.index("bool ds4_repack_q8_candidate"):]
+    q8 = q8[:q8.index("\n}\n")]
+    assert "ADDITIVE (raw stays served)" in repack
+    assert f"t.type != {rule['ggml_type']}u || t.ndim != {rule['ndim']}u" in q8
+    assert f"t.dims[0] % {rule['row_multiple']}u != 0" in q8
+    assert rule["min_bytes"] == 2 * 1024 * 1024 and "t.bytes < 2u * 1024u * 1024u" in q8
+    assert f"t.bytes % {rule['block_bytes']}u != 0" in q8 and f'find("{rule["except_name"]}")' in q8
+    assert re.search(r"byte-neutral\s+(\*\s+)?REPLACE artifacts", repack)  # the q2 experts' repack: counted once
+    cuda = each_engine.source("ds4_cuda.cu")
+    assert f'getenv("{rule["off_env"]}")' in cuda
+    # built only for a whole-model CUDA load (no layer slice, no SSD streaming)
+    assert re.search(r"e->backend == DS4_BACKEND_CUDA &&\s+!load_slice && !tp_shard && !e->ssd_streaming\)\s+\{"
+                     r"\s+\(void\)ds4_gpu_build_derived_artifacts", each_engine.source("ds4.c"))
+
+
 def test_the_support_model_is_not_loaded_in_a_distributed_run(engine_b030961):
     """Why `distributed` with speculation is refused at validation (antirez/ds4#877): b030961 opens --mtp only
     when it runs without --role."""

@@ -88,3 +88,30 @@ def test_a_target_whose_available_memory_is_short_is_refused_with_the_numbers(gp
     assert rc == 0, document
     models = {r["name"]: r for r in document["roles"]}["models"]
     assert any("+ 8.0 GiB the serving engine returns" in n for n in models["notes"]), models
+
+
+def test_on_a_gb10_b030961_counts_the_q8_tensors_it_keeps_twice_and_its_own_switch_turns_them_off(box, tmp_path):
+    """Planned against a GB10's facts with the phantom (the Flash q2 tensor table, sparse): the models role reads
+    the file's tensors and counts what b030961 copies again into device memory on an integrated GPU."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, str(REPO / "engine" / "models" / "make_phantom_gguf.py"), str(tmp_path)],
+                   check=True, capture_output=True)
+    facts = json.loads(H200_FACTS.read_text())
+    facts["gpus"][0].update(name="NVIDIA GB10", compute_cap=[12, 1])
+    facts["memory"] = {"total_bytes": int(119.7 * (1 << 30)), "available_bytes": int(115 * (1 << 30))}
+    gb10 = tmp_path / "gb10.json"
+    gb10.write_text(json.dumps(facts))
+    box.spec["engine"].update(target="cuda-spark", ref="b030961")
+    box.spec["model"] = {"main": str(tmp_path / "phantom-ds4flash.gguf")}
+    box.spec["server"]["ctx"] = 524288
+    box.write()
+    rc, document = box.converge("--check", "--facts", str(gb10))
+    assert rc == 1, document
+    assert "+ device copies 6.1 GiB (Q8 tensors the engine also keeps aligned) +" in document["error"], document
+    assert "DS4_CUDA_Q8_NO_ALIGNED=1" in document["error"], document
+    box.spec["server"].setdefault("env", {})["DS4_CUDA_Q8_NO_ALIGNED"] = "1"
+    box.write()
+    rc, document = box.converge("--check", "--facts", str(gb10))
+    assert "device copies" not in json.dumps(document), document

@@ -185,3 +185,55 @@ def test_a_plan_above_the_estimate_is_said_loudly():
     assert message == "memory: the engine planned 81.3 GiB (resident model 80.8 GiB), the budget 81.1 GiB (ctx 8192)"
     level, message = against_plan(Planned(total=100 * GIB, resident=90 * GIB), estimate(int(80.76 * GIB), 8192))
     assert level == "warn" and "takes 23% more than the budget counted" in message, message
+
+
+# ---- what b030961 keeps twice on an integrated GPU (engine knowledge: load.integrated_copies) -------------------
+
+from ds4_converge.engine_knowledge import for_version  # noqa: E402
+from ds4_converge.models.budget import integrated_copy_bytes  # noqa: E402
+from ds4_converge.models.gguf import TensorInfo  # noqa: E402
+
+Q8_0, IQ2_XXS = 8, 16
+
+
+def _q8(name, k, n):
+    return TensorInfo(name, Q8_0, (k, n), k * n // 32 * 34)
+
+
+def test_only_the_versions_that_build_aligned_artifacts_keep_copies():
+    assert for_version("b030961")["load"]["integrated_copies"]["ggml_type"] == Q8_0
+    assert for_version("8d57664")["load"]["integrated_copies"] is None
+    assert for_version("fork")["load"]["integrated_copies"] is None  # the fork is based on 8d57664
+
+
+def test_the_copies_are_the_large_two_dimensional_q8_tensors_whose_rows_fit_the_kernel():
+    rule = for_version("b030961")["load"]["integrated_copies"]
+    picked = [_q8("blk.0.attn_q_b.weight", 1024, 32768), _q8("blk.0.attn_kv.weight", 4096, 512)]
+    skipped = [_q8("token_embd.weight", 4096, 129280),         # gathered by rows, never copied
+               _q8("blk.0.small.weight", 1024, 1024),          # under 2 MiB
+               _q8("blk.0.odd_rows.weight", 1536, 4096),        # row length not a multiple of 1024
+               TensorInfo("blk.0.ffn_gate_exps.weight", IQ2_XXS, (4096, 2048, 256), 4096 * 2048 * 256 // 256 * 66),
+               TensorInfo("blk.0.three_d.weight", Q8_0, (4096, 2048, 2), 4096 * 2048 * 2 // 32 * 34)]
+    assert integrated_copy_bytes(picked + skipped, rule) == sum(t.bytes for t in picked)
+    assert integrated_copy_bytes(picked, None) == 0
+
+
+def test_flash_keeps_6_gib_twice_and_b030961_on_a_spark_cannot_hold_q2_at_512k_with_the_load_margin():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "engine" / "models"))
+    import make_phantom_gguf as phantom
+    from ds4_converge.models.gguf import _tensor_bytes
+
+    tensors = [TensorInfo(t.name, int(t.type), tuple(t.dims), _tensor_bytes(int(t.type), t.dims))
+               for t in phantom.main_tensors()]
+    copies = integrated_copy_bytes(tensors, for_version("b030961")["load"]["integrated_copies"])
+    assert round(copies / GIB, 2) == 6.15
+    spark, q2 = Room(total=int(119.7 * GIB)), sum(t.bytes for t in tensors)
+    with_copies = estimate(q2, 524288, unified=True, device_copies=copies)
+    assert with_copies.total == estimate(q2, 524288).total + copies
+    verdict, message = judge(with_copies, spark)
+    assert verdict == "error" and "device copies 6.1 GiB" in message, message
+    assert "DS4_CUDA_Q8_NO_ALIGNED=1" in message  # the engine's own switch, named where it helps
+    assert judge(estimate(q2, 524288, unified=True), spark)[0] != "error"  # the fork makes none: it fits
+    assert judge(estimate(q2, 131072, unified=True, device_copies=copies), spark)[0] != "error"
