@@ -14,7 +14,7 @@ from ds4_converge.core.context import Context
 from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
 from ds4_converge.engine.server_args import ModelPaths
-from ds4_converge.models.budget import Room, estimate, integrated_copy_bytes, judge, short_but_warned
+from ds4_converge.models.budget import SSD_STREAMING, Room, estimate, integrated_copy_bytes, judge, short_but_warned
 from ds4_converge.models.digests import check_in_place
 from ds4_converge.engine_knowledge import FORK, for_version, known_versions
 from ds4_converge.models.gguf import judge_files, read_gguf_header
@@ -134,7 +134,7 @@ def device_copies(ctx: Context) -> int:
     layer slice or SSD streaming (the engine builds no copies then) or with the engine's own switch set off."""
     spec, main = ctx.spec, ctx.models.main
     if not spec.engine.target.startswith("cuda") or spec.distributed is not None or main is None \
-            or not main.is_file() or any(a.startswith("--ssd-streaming") for a in spec.server.extra_args):
+            or not main.is_file() or any(a.startswith(SSD_STREAMING) for a in spec.server.extra_args):
         return 0
     rules = [r for r in (for_version(v)["load"].get("integrated_copies") for v in _versions_to_judge_by(ctx))
              if r and spec.server.env.get(r["off_env"], "0") in ("", "0")]

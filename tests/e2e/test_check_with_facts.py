@@ -1,6 +1,8 @@
 """`--check --facts FILE`: a spec for a GPU host planned on a host without one, against facts captured there."""
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -93,9 +95,6 @@ def test_a_target_whose_available_memory_is_short_is_refused_with_the_numbers(gp
 def test_on_a_gb10_b030961_counts_the_q8_tensors_it_keeps_twice_and_its_own_switch_turns_them_off(box, tmp_path):
     """Planned against a GB10's facts with the phantom (the Flash q2 tensor table, sparse): the models role reads
     the file's tensors and counts what b030961 copies again into device memory on an integrated GPU."""
-    import subprocess
-    import sys
-
     subprocess.run([sys.executable, str(REPO / "engine" / "models" / "make_phantom_gguf.py"), str(tmp_path)],
                    check=True, capture_output=True)
     facts = json.loads(H200_FACTS.read_text())
