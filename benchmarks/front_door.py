@@ -112,8 +112,13 @@ class Side:
 SIM = Side(REPO / "spec/examples/sim.yaml", REPO / "spec/examples/sim-front.yaml", {"engine.ref": "v0.2.0"}, SWITCHES)
 
 
-def measure(front: bool, work: Path, side: Side = SIM) -> list[dict]:
-    root = work / ("front-root" if front and not side.shared_root else "root")
+# the front door's column: none, the road that stops the serving engine first, the road beside it
+MODES = [("no", None), ("yes, overlap off", "off"), ("yes, overlap auto", "auto")]
+
+
+def measure(mode: str | None, work: Path, side: Side = SIM) -> list[dict]:
+    front = mode is not None
+    root = work / (f"front-{mode}-root" if front and not side.shared_root else "root")
     port = 21000 + os.getpid() % 4000 * 2  # below the ephemeral range: the engine's slots must stay free
     sets = ["--set", f"paths.root={root}", "--set", f"server.port={port}"]
     if not side.shared_root:
@@ -125,7 +130,7 @@ def measure(front: bool, work: Path, side: Side = SIM) -> list[dict]:
         keys.chmod(0o600)
         public, metrics = free_port(), free_port()
         sets += ["--set", f"front.port={public}", "--set", f"front.metrics.port={metrics}",
-                 "--set", f"front.keys={keys}"]
+                 "--set", f"front.keys={keys}", "--set", f"front.overlap={mode}"]
         spec, url = side.front_spec, f"http://127.0.0.1:{public}"
     else:
         spec, url = side.spec, f"http://127.0.0.1:{port}"
@@ -150,7 +155,7 @@ def measure(front: bool, work: Path, side: Side = SIM) -> list[dict]:
             during = [r for r in client.records if r[0] + r[1] >= began and r[0] <= ended]
             failed = [(start, start + lat) for start, lat, outcome in client.records if outcome == "failed"]
             held = [lat - steady for start, lat, outcome in during if outcome != "failed" and lat - steady > side.held_s]
-            rows.append({"switch": name, "front": front, "ok": document["ok"], "reverted": document["reverted"],
+            rows.append({"switch": name, "front": dict((m, label) for label, m in MODES)[mode], "ok": document["ok"], "reverted": document["reverted"],
                          "requests": len(client.records),
                          "failed": sum(r[2] == "failed" for r in client.records),
                          "bad": sum(r[2] == "bad" for r in client.records),
@@ -207,7 +212,7 @@ def table(rows: list[dict]) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         run = "ok" if r["ok"] else ("reverted" if r["reverted"] else "failed")
-        lines.append(f"| {r['switch']} | {'yes' if r['front'] else 'no'} | {r['requests']} | {r['failed']} | "
+        lines.append(f"| {r['switch']} | {r['front']} | {r['requests']} | {r['failed']} | "
                      f"{r['unanswered_s']:.1f} s | {r['bad']} | {r['held']} | {r['held_median_s']:.2f} s "
                      f"({r['held_max_s']:.2f} s) | {r['steady_s']:.2f} s / {r['slowest_during_s']:.2f} s | {r['switch_s']:.1f} s | "
                      f"{run} |")
@@ -225,12 +230,14 @@ def report(rows: list[dict]) -> str:
              f"{machine()}; the simulated engine (load {LOAD_S:.0f} s), one client sending one request after another "
              f"(50 ms apart) through each switch, one run of each.", "", *table(rows)]
     lines += ["", "Without `front` the client meets the switch: every attempt while no engine listens is refused "
-              "(failed), and a wrong-answer release answers it until the probe's verdict (bad). With `front`, HAProxy "
-              "holds what arrives from the start of the switch (a hold server, refused, retried every 250 ms) and "
-              "sends it on once the switch commits (the new slot) or reverts (last good's slot): the held requests "
-              "wait for the drain, the stop, the load and the probe (its smoke answer and its soak, here 2 s): the "
-              "added latency is the gap without `front` plus the probe, so the issue's target (added latency ≤ the load "
-              "time) is not met by design — a held request is never sent to an engine that has not passed the probe. "
+              "(failed), and a wrong-answer release answers it until the probe's verdict (bad). With `front` and "
+              "`overlap: off` (the road of a box that holds one engine, a Spark with the 80 GB model), HAProxy holds "
+              "what arrives from the start of the switch (a hold server, refused, retried every 250 ms) and sends it "
+              "on once the switch commits (the new slot) or reverts (last good's slot): a held request waits for the "
+              "drain, the stop, the load and the probe (its smoke answer and its soak, here 2 s), longer than the "
+              "load. With `overlap: auto` and memory for two engines (the simulator's model fits twice), the new "
+              "engine loads and is probed beside the serving one and clients move once it passed: no request waits "
+              "for a load, and the wrong-answer release's candidate is stopped while last good serves on. "
               f"The real engine: the next section ({REAL_HEADING.removeprefix('## ')})."]
     return "\n".join(lines) + "\n"
 
@@ -244,10 +251,13 @@ def real_report(rows: list[dict], phantom: Path) -> str:
              f"token costs 2–10 s here).", "", *table(rows)]
     lines += ["", "As on the simulator, with a CPU's seconds per token: without `front` the client's attempts fail "
               "while no engine listens and the wrong-answer release answers it; with `front` nothing fails and "
-              "nothing wrong is answered. A request held through a switch waits for the drain of the request in "
-              "flight, the load and the probe's smoke answer. Few requests per switch (one after another, seconds "
-              "each), one run: the counts are small. Without `front` the upgrade's switch time includes building "
-              "b030961 (the old engine serves meanwhile); the run with `front` shares the root and finds it built."]
+              "nothing wrong is answered. With `overlap: off` a request held through a switch waits for the drain of "
+              "the request in flight, the load and the probe's smoke answer. With `overlap: auto` the candidate "
+              "shares the phantom's mapping with the serving engine (a CPU build copies no weights), so a second "
+              "engine adds its KV and buffers only and loads beside the first; the two share the 2 cores while the "
+              "candidate is probed, which slows the client's requests but holds none. Few requests per switch (one "
+              "after another, seconds each), one run: the counts are small. The runs share one root: b030961 is "
+              "built in the first run's upgrade (the old engine serves meanwhile) and found built after."]
     return "\n".join(lines) + "\n"
 
 
@@ -263,7 +273,7 @@ def main() -> None:
         work = Path(tmp)
         os.environ["XDG_CACHE_HOME"] = str(work / "user-cache")
         side = real_side(work, args.phantom) if args.real else SIM
-        rows = [row for front in (False, True) for row in measure(front, work, side)]
+        rows = [row for _, mode in MODES for row in measure(mode, work, side)]
     text = real_report(rows, args.phantom) if args.real else report(rows)
     print(text)
     if not args.no_report:

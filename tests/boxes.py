@@ -155,6 +155,21 @@ def reachable_box(repo: Path):
         shutil.rmtree(where, ignore_errors=True)
 
 
+FRONT_KEY = "sk-test-front-0123456789"
+
+
+def with_front(box: Box) -> Box:
+    """`box` behind a front door (spec `front`) on free ports, with a key file (0600) beside its root."""
+    box.front_port, box.metrics_port = free_port(), free_port()
+    keys = box.root.parent / f"{box.root.name}-keys"
+    keys.write_text(f"# keys of the test endpoint\n{FRONT_KEY}\n")
+    os.chmod(keys, 0o600)
+    box.spec["front"] = {"host": "127.0.0.1", "port": box.front_port, "hold_s": 30, "keys": str(keys),
+                         "metrics": {"host": "127.0.0.1", "port": box.metrics_port}}
+    box.write()
+    return box
+
+
 def engine_pids(root: Path) -> set[int]:
     """ds4-server processes running a release under `root` (other tests may run engines too)."""
     return {p.pid for p in processes.every()

@@ -47,6 +47,16 @@ class Verdict:
 
 
 @dataclass
+class Candidate:
+    """A new engine started beside the one that serves (a front door's blue-green switch, service/switch.py):
+    its own supervisord program on the idle slot, until the switch commits or reverts."""
+
+    program: str
+    deployment: Deployment
+    under_probe: bool = True  # the probe, gate and warm-up talk to it; False once the switch commits
+
+
+@dataclass
 class Context:
     loaded: LoadedSpec
     layout: Layout
@@ -70,6 +80,7 @@ class Context:
     models: ModelPaths | None = None
     memory_short: str | None = None  # the memory budget does not fit and model.memory_budget is warn: why
     memory_estimate: Any = None  # models.budget.Budget: what the models role expects the engine to take
+    memory_room: Any = None  # models.budget.Room: what the models role judged it against
     gate_baseline: Any = None  # health.gate.Baseline: the old engine benched in this run just before the switch
     desired: Deployment | None = None
     restart_needed: bool = False
@@ -78,6 +89,7 @@ class Context:
     start: StartMark | None = None  # the engine started last by this run: where its log lines begin
     drained: Drained | None = None  # what the last stop waited for
     verdict: Verdict | None = None  # the probe's, until the switch commits it
+    candidate: Candidate | None = None  # the new engine started beside the serving one, until the switch settles
     state: State = field(default_factory=State)
     # the roles' handles, made by the orchestration; they read or write nothing until first used
     supervisor: Supervisor | None = None  # of this root
@@ -111,11 +123,28 @@ class Context:
     @property
     def endpoint(self) -> str:
         """Where the engine answers (the probe, drain and bench talk to it directly). With a front door, the
-        slot of the engine started last (the switch records it as current before it starts it)."""
+        slot of the engine started last (the switch records it as current before it starts it), or of the
+        candidate under probe beside it."""
+        if self.candidate is not None and self.candidate.under_probe:
+            return self.candidate.deployment.endpoint
         if self.spec.front is not None:
             current = self.state.current
             return current.endpoint if current is not None else f"http://127.0.0.1:{self.spec.server.port}"
         return f"http://{self.spec.server.host}:{self.spec.server.port}"
+
+    @property
+    def engine_deployment(self) -> Deployment | None:
+        """What runs as it was started, for those who talk to it: the candidate under probe, else current."""
+        if self.candidate is not None and self.candidate.under_probe:
+            return self.candidate.deployment
+        return self.state.current
+
+    @property
+    def engine_program(self) -> str:
+        """The supervisord program of the engine the probe watches: server.name, or the candidate under probe."""
+        if self.candidate is not None and self.candidate.under_probe:
+            return self.candidate.program
+        return self.spec.server.name
 
 
 def service_account(loaded: LoadedSpec) -> tuple[str, str]:

@@ -25,6 +25,14 @@ POINTS = {
     "new-started": "supervisord has started the new engine, before the probe",
     "probed": "the new engine passed the whole probe (soak included), before it is recorded as last good",
     "blessed": "the new deployment is recorded as last good, before old releases are pruned",
+    "beside-intent": "a front door's overlap switch is recorded (its candidate named), before the candidate starts",
+    "beside-started": "the candidate runs beside last good on the idle slot, before the probe talks to it",
+    "beside-flipped": "the candidate passed the probe and the front door sends clients to it, before last good "
+                      "is drained and stopped",
+    "beside-old-stopped": "last good is stopped (the candidate serves), before the new program under server.name is "
+                          "written",
+    "beside-program-written": "the new program under server.name and state.current are written, before supervisord "
+                              "starts it (the candidate serves)",
     "revert-intent": "a failed switch: the revert is recorded, before the failed engine stops",
     "revert-old-stopped": "the failed engine is stopped, before last good's program is written",
     "revert-program-written": "last good's program is written, before supervisord starts it",

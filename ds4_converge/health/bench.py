@@ -347,7 +347,7 @@ def bench(ctx, options: BenchOptions, *, kind: str = "bench", say=lambda _m: Non
     """Bench what runs now for `ctx`'s spec, append the record under root, and return it."""
     from ds4_converge.health.platform import Sampler
 
-    current = ctx.state.current
+    current = ctx.engine_deployment
     endpoint = current.endpoint if current and current.endpoint else ctx.endpoint  # what runs, as it was started
     with Sampler() as gpu:  # clocks, power, throttle reasons and tenants while it runs (health/platform.py)
         results, stats = measure(endpoint, options, say)

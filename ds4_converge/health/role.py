@@ -23,7 +23,7 @@ SUMMARY = re.compile(r"^ds4-server: failed to create \S+ session")
 def target(ctx: Context) -> ProbeTarget:
     health = ctx.spec.health
     # what was started last (a revert starts last good, whatever the spec says now), else this spec's part
-    current, part = ctx.state.current, ctx.spec.distributed
+    current, part = ctx.engine_deployment, ctx.spec.distributed
     if current is not None:
         listen = worker.listen_of(current.command)
         coordinator = worker.listen_of(current.command, "coordinator")
@@ -41,7 +41,7 @@ class Watch:
     """The engine of the last start, as supervisord and the logs see it (health.probe.EngineWatch)."""
 
     def __init__(self, ctx: Context):
-        self.ctx, self.name = ctx, ctx.spec.server.name
+        self.ctx, self.name = ctx, ctx.engine_program
         self.start = ctx.start or start_log.mark(ctx.layout, self.name)  # no mark: a start by someone else
 
     def state(self) -> tuple[str, int | None, str]:
@@ -197,7 +197,7 @@ def _engine_pids(ctx: Context) -> set[int]:
     """The engine's process group: on the GPU it is no tenant."""
     from ds4_converge.service import processes
 
-    pid = ctx.supervisor.running_pid(ctx.spec.server.name) if ctx.supervisor.is_running() else None
+    pid = ctx.supervisor.running_pid(ctx.engine_program) if ctx.supervisor.is_running() else None
     return set(processes.group_members(pid)) | {pid} if pid else set()
 
 

@@ -129,6 +129,20 @@ def judge(budget: Budget, mem_total_bytes: int | Room, headroom_bytes: int = OS_
     return "ok", f"fits: {numbers}"
 
 
+def beside(budget: Budget, room: Room, *, shared_weights: bool) -> tuple[bool, str]:
+    """Can a new engine load while the serving one still runs (a front door's overlap switch)? What it adds must
+    fit in what is free now, the old one still holding its part: all of its peak, less the weights when both map
+    the same files (`shared_weights`: a CPU build reads them from the file's page cache, which the serving engine
+    holds already; engine knowledge load.shared_mapping_targets). MemAvailable unknown: no. Returns (yes or no,
+    why in numbers)."""
+    if room.available is None:
+        return False, "what is free now is not known (no MemAvailable)"
+    adds = budget.peak - (budget.weights + budget.drafter if shared_weights else 0)
+    shared = " (the weights are shared: both map the same files)" if shared_weights else ""
+    free = room.available - room.reserve
+    return adds <= free, f"a second engine adds {gib(adds)}{shared}, {gib(free)} is free while the first runs"
+
+
 def _managed_by_reserve(budget: Budget, mem_total_bytes: int) -> bool:
     """The engine's second road to managed memory (engine knowledge: kv.managed_reserve)."""
     rule = load_knowledge()["kv"]["managed_reserve"]

@@ -119,8 +119,8 @@ def budget_findings(ctx: Context) -> list[Finding]:
     budget = estimate(sum(sizes[s] for s in weights_slots), ctx.spec.server.ctx,
                       drafter_bytes=sizes["dspark"] if speculative == "dspark" else 0, unified=unified,
                       device_copies=device_copies(ctx) if unified else 0)
-    ctx.memory_estimate = budget
-    level, message = judge(budget, room(ctx))
+    ctx.memory_estimate, ctx.memory_room = budget, room(ctx)
+    level, message = judge(budget, ctx.memory_room)
     ctx.memory_short = None
     if level == "error" and ctx.spec.model.memory_budget == "warn":
         ctx.memory_short = message

@@ -157,7 +157,19 @@ def _run(ctx: Context, outcome: Outcome, roles: Sequence, revert, diff: bool) ->
 def _commit(ctx: Context) -> str:
     """A role handed a verdict (the probe: the switched engine is healthy): the switch commits it."""
     verdict, ctx.verdict = ctx.verdict, None
-    return f"; {switch.commit(ctx, verdict)}" if verdict is not None else ""
+    return f"; {switch.commit(ctx, verdict, prove=lambda: _answers_again(ctx))}" if verdict is not None else ""
+
+
+def _answers_again(ctx: Context) -> None:
+    """What a commit started again (a candidate's release under server.name, service/switch.py) answers: what
+    passed the whole probe a moment ago needs no soak again."""
+    from ds4_converge.health.probe import Unhealthy, wait_healthy
+
+    try:
+        wait_healthy(probe.target(ctx), probe.process_state(ctx), soak=False)
+    except Unhealthy as exc:
+        raise RoleFailed(f"release {ctx.desired.release} passed the probe beside the serving engine, but not once "
+                         f"started as {ctx.spec.server.name}: {exc}", exc.detail) from None
 
 
 def _record(ctx: Context, outcome: Outcome, result: RoleResult) -> None:

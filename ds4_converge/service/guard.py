@@ -37,11 +37,12 @@ def intent_path(layout: Layout) -> Path:
 
 
 def arm(layout: Layout, supervisor: Supervisor | None, *, name: str, grace: float,
-        fallback: Deployment | None) -> None:
-    """Record the switch before anything stops; with a supervisor, make sure its guard watches."""
+        fallback: Deployment | None, candidate: str | None = None) -> None:
+    """Record the switch before anything stops; with a supervisor, make sure its guard watches. `candidate`: the
+    program of a new engine started beside the serving one, which a restore stops."""
     pid = os.getpid()
     intent = {"pid": pid, "start": processes.start_time(pid), "name": name, "grace": grace,
-              "fallback": asdict(fallback) if fallback else None}
+              "fallback": asdict(fallback) if fallback else None, "candidate": candidate}
     write_atomic(intent_path(layout), json.dumps(intent) + "\n", mode=0o600)
     if supervisor is not None:
         supervisor.ensure_guard()
@@ -84,6 +85,7 @@ def restore(layout: Layout, intent: dict) -> str:
         target = Deployment(**intent["fallback"])
     supervisor = Supervisor(layout)
     if not supervisor.is_running():
+        _drop_candidate(layout, None, intent)  # supervisord would start it beside last good
         if target is not None:  # supervisord starts what the program file says: make it say last good
             secrets.write_program(layout, layout.program_conf(name), target.program_conf)
         return f"supervisord is not running; {layout.program_conf(name)} names last good for its next start"
@@ -92,23 +94,38 @@ def restore(layout: Layout, intent: dict) -> str:
         if state is not None:
             state.current = None
             state.save(layout.state_file)
-        return "no last good release (a first install): the unproven engine is stopped"
+        return "no last good release (a first install): the unproven engine is stopped" + \
+            _drop_candidate(layout, supervisor, intent)
     info = supervisor.info(name)
     try:
         on_disk = secrets.seal(layout.program_conf(name).read_text(), layout)
     except (OSError, ValueError):
         on_disk = None
     if on_disk == target.program_conf and info and info["statename"] in ("RUNNING", "STARTING"):
-        return f"last good {target.release} runs already"
-    supervisor.stop(name, grace=grace)
-    if state is not None:
-        state.current = target
-        state.save(layout.state_file)
-    secrets.write_program(layout, layout.program_conf(name), target.program_conf)
-    supervisor.load(name)
+        said = f"last good {target.release} runs already"
+    else:
+        supervisor.stop(name, grace=grace)
+        if state is not None:
+            state.current = target
+            state.save(layout.state_file)
+        secrets.write_program(layout, layout.program_conf(name), target.program_conf)
+        supervisor.load(name)
+        said = f"restored last good {target.release}"
     from ds4_converge.service.front import serve_restored
 
-    return f"restored last good {target.release}" + serve_restored(layout, name, target)
+    return said + serve_restored(layout, name, target) + _drop_candidate(layout, supervisor, intent)
+
+
+def _drop_candidate(layout: Layout, supervisor: Supervisor | None, intent: dict) -> str:
+    """A new engine the dead run started beside last good (the front door's overlap switch): stopped, removed.
+    Only once the front door points at last good again, so no client is cut off by it."""
+    program = intent.get("candidate")
+    if not isinstance(program, str) or not program:
+        return ""
+    if supervisor is not None:
+        supervisor.remove(program)
+    layout.program_conf(program).unlink(missing_ok=True)
+    return f"; the candidate {program} is stopped and removed"
 
 
 def recover_stale(layout: Layout) -> str | None:

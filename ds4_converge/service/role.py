@@ -28,27 +28,38 @@ NAME = "service"
 LOCK_ENV = load_knowledge()["lock"]["env"]  # every ds4 program flock()s this file; one per instance
 
 
-def desired_deployment(ctx: Context, current_conf: str | None = None) -> Deployment:
+def desired_deployment(ctx: Context, current_conf: str | None = None, *, beside: bool = False) -> Deployment:
     """What should run. With a front door, on the slot HAProxy points at when nothing changes (a restart), else
-    on the idle one: a new engine is reached by clients only once the probe passed (service/front.py)."""
+    on the idle one: a new engine is reached by clients only once the probe passed (service/front.py). `beside`:
+    the new engine is probed as a candidate on the idle slot (:func:`candidate_deployment`) and ends on the slot
+    HAProxy points at."""
     if not front.enabled(ctx):
         return _deployment(ctx, ctx.spec.server, ctx.endpoint)
-    for port in (front.live_port(ctx), front.idle_port(ctx)):
-        server = ctx.spec.server.model_copy(update={"host": "127.0.0.1", "port": port})
-        deployment = _deployment(ctx, server, f"http://127.0.0.1:{port}")
+    for port in (front.live_port(ctx),) if beside else (front.live_port(ctx), front.idle_port(ctx)):
+        deployment = _deployment(ctx, *_on_slot(ctx, port))
         if deployment.program_conf == current_conf:
             break
     return deployment
 
 
-def _deployment(ctx: Context, server, endpoint: str) -> Deployment:
+def candidate_deployment(ctx: Context) -> Deployment:
+    """The new engine as a candidate beside the serving one: its own program, lock and log, on the idle slot."""
+    return _deployment(ctx, *_on_slot(ctx, front.idle_port(ctx)), program=switch.candidate_program(ctx))
+
+
+def _on_slot(ctx: Context, port: int):
+    return ctx.spec.server.model_copy(update={"host": "127.0.0.1", "port": port}), f"http://127.0.0.1:{port}"
+
+
+def _deployment(ctx: Context, server, endpoint: str, program: str | None = None) -> Deployment:
+    program = program or server.name
     _check_models_for(ctx)
     kv_dir = ctx.host_path(server.kv_disk_dir) if server.kv_disk_dir else None
     try:
         argv = server_argv(ctx.release, server, ctx.models, kv_dir, ctx.spec.distributed)
     except UnsupportedSettings as exc:
         raise RoleFailed(str(exc)) from None
-    env = {LOCK_ENV: str(ctx.layout.engine_lock(server.name)), **ctx.service_env, **server.env}
+    env = {LOCK_ENV: str(ctx.layout.engine_lock(program)), **ctx.service_env, **server.env}
     worker = ctx.spec.distributed is not None and ctx.spec.distributed.worker
     hidden = {k: v for k, v in env.items() if k in server.env and secrets.is_secret(k)}
     # `env K=V … ds4-server`: every value is passed through shlex quoting, none through INI key=value parsing;
@@ -56,8 +67,8 @@ def _deployment(ctx: Context, server, endpoint: str) -> Deployment:
     command = [shutil.which("env") or "/usr/bin/env",
                *(f"{k}={v}" for k, v in sorted(env.items()) if k not in hidden), *argv]
     try:
-        conf = render.program_conf(name=server.name, release=ctx.release.id, argv=command,
-                                   directory=str(ctx.release.path), log=str(ctx.layout.engine_log(server.name)),
+        conf = render.program_conf(name=program, release=ctx.release.id, argv=command,
+                                   directory=str(ctx.release.path), log=str(ctx.layout.engine_log(program)),
                                    user=server.user, stop_wait_s=switch.stop_grace(ctx.spec),
                                    ignores_first_term=worker, environment=secrets.environment_line(hidden),
                                    watchdog=switch.watched(ctx), cache=ctx.renders)
@@ -148,8 +159,12 @@ def plan(ctx: Context) -> RolePlan:
     current_conf = secrets.seal(_read(layout.program_conf(name)), layout)
     first = current_conf is None and pid is None  # nothing ran under this root: a first start, in check mode too
     # stale programs go before the switch: they would run beside ours
-    changes += [Change(f"remove program {p.stem} (renamed to {name})", before=_read(p), restarts=True,
-                       action=partial(_remove_program, path=p, running=running)) for p in stale_programs(ctx)]
+    changes += [Change(f"remove program {p.stem} " + ("(the candidate of a switch whose run died)"
+                                                       if p.stem == switch.candidate_program(ctx)
+                                                       else f"(renamed to {name})"),
+                       before=_read(p), restarts=p.stem != switch.candidate_program(ctx),
+                       action=partial(_remove_program, path=p, running=running))
+                for p in stale_programs(ctx)]
     if ctx.release is None:
         # check mode before the build: the exact command line is known only once the binary lists its flags
         verb = "start" if first else "restart"
@@ -157,7 +172,8 @@ def plan(ctx: Context) -> RolePlan:
                               "(command line rendered after the build, from the flags ds4-server --help lists)\n",
                               restarts=True))
     else:
-        ctx.desired = desired_deployment(ctx, current_conf)
+        beside, why = overlap(ctx, pid)
+        ctx.desired = desired_deployment(ctx, current_conf, beside=beside)
         if not running:
             # a cold start: supervisord starts what its program file says, so write the new one first and
             # the engine starts once (never the old program, only to be stopped a moment later: an 81 GB load)
@@ -166,8 +182,11 @@ def plan(ctx: Context) -> RolePlan:
                                                                 unit=unit if with_systemd else None)))
             notes.append(Finding("info", f"{start}, which starts {name} on release {ctx.desired.release}"))
         elif current_conf != ctx.desired.program_conf:
+            candidate = candidate_deployment(ctx) if beside else None
             changes.append(Change(str(layout.program_conf(name)), current_conf, ctx.desired.program_conf,
-                                  restarts=True, action=partial(_switch, deployment=ctx.desired)))
+                                  restarts=True, action=partial(_switch, deployment=ctx.desired, candidate=candidate)))
+            if why:
+                notes.append(Finding("info", why))
         elif pid is None or any(c.restarts for c in changes):
             changes.append(Change(f"start {name} (not running)" if pid is None else f"restart {name}",
                                   restarts=True, action=partial(_switch, deployment=ctx.desired)))
@@ -181,6 +200,32 @@ def plan(ctx: Context) -> RolePlan:
               else f"start {name} (first start)" if first and ctx.restart_needed
               else f"{'restart' if ctx.restart_needed else 'update'} {name}")
     return RolePlan(NAME, changes, reason=reason, findings=findings)
+
+
+def overlap(ctx: Context, pid: int | None) -> tuple[bool, str]:
+    """Does the new engine load beside the serving one (the front door's overlap switch, service/switch.py), and
+    why, in words ('' without a front door)? Only with last good serving on one box, and memory for both
+    (models/budget.py beside): otherwise the serving engine stops first and the front door holds requests."""
+    from ds4_converge.models import budget
+
+    if not front.enabled(ctx):
+        return False, ""
+    stops = "the serving engine stops before the new one loads (the front door holds requests meanwhile): "
+    last_good, estimate = ctx.state.last_good, ctx.memory_estimate
+    if ctx.spec.front.overlap == "off":
+        return False, stops + "front.overlap is off"
+    if ctx.spec.distributed is not None:
+        return False, stops + "a distributed part"
+    if pid is None or last_good is None or not last_good.same_config(ctx.state.current):
+        return False, stops + "last good does not serve"
+    if estimate is None:
+        return False, stops + "the memory budget is not known yet"
+    shared = ctx.spec.engine.target in ctx.release.knowledge["load"].get("shared_mapping_targets", ())
+    fits, numbers = budget.beside(estimate, ctx.memory_room, shared_weights=shared)
+    if not fits:
+        return False, stops + numbers
+    return True, (f"the new engine loads beside the serving one on 127.0.0.1:{front.idle_port(ctx)}, and clients "
+                  f"move to it once it passed the probe ({numbers})")
 
 
 def watch_changes(ctx: Context) -> list[Change]:
@@ -215,9 +260,9 @@ def stale_programs(ctx: Context) -> list[Path]:
     return sorted(p for p in ctx.layout.program_dir.glob("*.conf") if p.stem != ctx.spec.server.name)
 
 
-def prepare_engine_lock(ctx: Context) -> Path:
+def prepare_engine_lock(ctx: Context, program: str | None = None) -> Path:
     """The engine's lock file, created 0600 (as ds4 would) and owned by the user the engine runs as."""
-    lock = ctx.layout.engine_lock(ctx.spec.server.name)
+    lock = ctx.layout.engine_lock(program or ctx.spec.server.name)
     lock.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
     os.close(fd)
@@ -323,11 +368,16 @@ def _engine_port(deployment: Deployment) -> int | None:
     return front.port_of(deployment)
 
 
-def _switch(ctx: Context, *, deployment: Deployment) -> str:
-    errors = [f for f in port_findings(ctx, _engine_port(deployment)) if f.level == "error"]
+def _switch(ctx: Context, *, deployment: Deployment, candidate: Deployment | None = None) -> str:
+    errors = [f for f in port_findings(ctx, _engine_port(candidate or deployment)) if f.level == "error"]
     if errors:
         raise RoleFailed(str(errors[0]))
     name = ctx.spec.server.name
+    if candidate is not None:
+        prepare_engine_lock(ctx, switch.candidate_program(ctx))
+        prepare_engine_lock(ctx)
+        switch.switch_beside(ctx, candidate)
+        return f"started {switch.candidate_program(ctx)} on release {candidate.release} beside {name}"
     if ctx.supervisor.running_pid(name):
         ctx.say(f"stopping {name} (SIGTERM, waiting for its process group)")
     prepare_engine_lock(ctx)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ds4_converge.core import interrupts
-from ds4_converge.core.context import Context, Verdict
+from ds4_converge.core.context import Candidate, Context, Verdict
 from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.engine_http import request
 from ds4_converge.core.state import Deployment
@@ -29,10 +29,20 @@ from ds4_converge.service.render import read_program_conf
 MODEL_ID = load_knowledge()["model_id"]
 
 
-def write_program(ctx: Context, deployment: Deployment) -> None:
+def write_program(ctx: Context, deployment: Deployment, program: str | None = None) -> None:
     """The program file with its secrets, 0600; their values kept for last good and rollback's target too."""
-    keep = {d.program_conf for d in (ctx.state.last_good, ctx.state.previous_good) if d}
-    secrets.write_program(ctx.layout, ctx.layout.program_conf(ctx.spec.server.name), deployment.program_conf, keep)
+    keep = {d.program_conf for d in (ctx.state.last_good, ctx.state.previous_good, ctx.state.current) if d}
+    secrets.write_program(ctx.layout, ctx.layout.program_conf(program or ctx.spec.server.name),
+                          deployment.program_conf, keep)
+
+
+# server.name allows no '.': no spec names its engine so
+CANDIDATE_SUFFIX = ".next"
+
+
+def candidate_program(ctx: Context) -> str:
+    """The supervisord program of a new engine started beside the serving one (:func:`switch_beside`)."""
+    return ctx.spec.server.name + CANDIDATE_SUFFIX
 
 
 # An engine that never passed the probe serves nobody: nothing to drain, no generation to cut, no KV checkpoint
@@ -79,7 +89,8 @@ def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -
         if info and info["pid"]:
             why = "never passed the probe" if reason == "revert" else f"does not answer on {running}"
             ctx.say(f"stopping {name} (pid {info['pid']}, {why}): nothing to drain, SIGKILL after {grace}s")
-    guard.arm(ctx.layout, ctx.supervisor, name=name, grace=UNPROVEN_STOP_GRACE_S, fallback=ctx.state.last_good)
+    guard.arm(ctx.layout, ctx.supervisor, name=name, grace=UNPROVEN_STOP_GRACE_S, fallback=ctx.state.last_good,
+              candidate=ctx.candidate.program if ctx.candidate else None)
     crash_point(f"{step}intent")
     ctx.supervisor.stop(name, grace=grace)
     crash_point(f"{step}old-stopped")
@@ -137,6 +148,60 @@ def switch(ctx: Context, deployment: Deployment) -> None:
     switch_to(ctx, deployment.stamped())
 
 
+def switch_beside(ctx: Context, candidate: Deployment) -> None:
+    """The front door's overlap switch, begun (memory holds both engines: service/role.py overlap): the new engine
+    starts as its own program on the idle slot while last good keeps serving where the front door points.
+    Nothing that serves is stopped and no request is held: a failure from here stops the candidate and nothing
+    else (:func:`revert`); the probe talks to the candidate, and :func:`commit` moves clients to it."""
+    bench_baseline(ctx)
+    name, program = ctx.spec.server.name, candidate_program(ctx)
+    ctx.candidate = Candidate(program, candidate)
+    ctx.switched = True
+    # a run that dies from here: the guard stops the candidate and keeps (or brings back) last good
+    guard.arm(ctx.layout, ctx.supervisor, name=name, grace=UNPROVEN_STOP_GRACE_S, fallback=ctx.state.last_good,
+              candidate=program)
+    crash_point("beside-intent")
+    write_program(ctx, candidate, program)
+    ctx.say(f"starting {program} on release {candidate.release} beside {name}, on {candidate.endpoint}")
+    ctx.start = start_log.mark(ctx.layout, program)  # a failure report shows only what this start wrote
+    ctx.supervisor.load(program)
+    crash_point("beside-started")
+
+
+def _take_over(ctx: Context, deployment: Deployment, prove: Callable[[], object]) -> None:
+    """The candidate passed the probe: clients move to it. Last good, drained, stops; the new deployment starts
+    under server.name on the slot clients left, and `prove` (the orchestration's probe, no soak) says it
+    answers. The candidate still serves meanwhile; :func:`commit` moves clients back and retires it."""
+    candidate, name, old = ctx.candidate, ctx.spec.server.name, ctx.state.current
+    candidate.under_probe = False
+    front.point_at(ctx, front.port_of(candidate.deployment))
+    crash_point("beside-flipped")
+    if _answers(old.endpoint):  # it gets no new request now: what it has in flight finishes
+        ctx.drained = drain.wait_idle(old.endpoint, ctx.spec.server.drain_s, say=ctx.say)
+    ctx.say(f"stopping {name} (release {old.release}): {candidate.program} serves clients meanwhile")
+    ctx.supervisor.stop(name, grace=stop_grace(ctx.spec))
+    crash_point("beside-old-stopped")
+    _install(ctx, deployment, "beside-")
+    ctx.say(f"starting {name} on release {deployment.release}")
+    ctx.start = start_log.mark(ctx.layout, name)
+    ctx.supervisor.load(name)
+    prove()
+
+
+def _retire_candidate(ctx: Context) -> None:
+    """The candidate's work is done (it passed and clients moved back, or it failed): drained when it served
+    clients, stopped, and gone from supervisord and its program directory."""
+    candidate, program = ctx.candidate, ctx.candidate.program
+    grace = UNPROVEN_STOP_GRACE_S
+    if not candidate.under_probe and _answers(candidate.deployment.endpoint):
+        drain.wait_idle(candidate.deployment.endpoint, ctx.spec.server.drain_s, say=ctx.say)
+        grace = stop_grace(ctx.spec)
+    ctx.supervisor.stop(program, grace=grace)
+    ctx.supervisor.remove(program)
+    ctx.layout.program_conf(program).unlink(missing_ok=True)
+    ctx.candidate = None
+
+
 def cold_start(ctx: Context, deployment: Deployment, *, start_supervisord: Callable[[], object]) -> Deployment:
     """supervisord is down: the new program file first, then supervisord, which starts the engine (autostart).
     Returns the deployment as recorded (stamped)."""
@@ -154,19 +219,28 @@ def cold_start(ctx: Context, deployment: Deployment, *, start_supervisord: Calla
     return deployment
 
 
-def commit(ctx: Context, verdict: Verdict) -> str:
+def commit(ctx: Context, verdict: Verdict, *, prove: Callable[[], object] = lambda: None) -> str:
     """The probe's verdict says the switched engine is healthy: record it as last good, stand the guard down,
     and prune releases no rollback needs. Returns what it did, in words, for the probe's line.
-    With a front door, clients are sent to the new engine first: a flip that fails leaves last good as it was."""
+    With a front door, clients are sent to the new engine first: a flip that fails leaves last good as it was.
+    A candidate beside last good takes over first (:func:`_take_over`, which calls `prove`), and once clients
+    are back on the slot they know it is retired."""
+    beside = ctx.candidate is not None
+    if beside:
+        _take_over(ctx, verdict.deployment.stamped(), prove)
     expose(ctx, verdict.deployment)
     ctx.state.bless(replace(verdict.deployment.stamped(), bench=verdict.bench))
     ctx.state.save(ctx.layout.state_file)
     watch_last_good(ctx)
+    if beside:  # before the guard stands down: a run that dies meanwhile leaves it for the guard to remove
+        _retire_candidate(ctx)
     guard.disarm(ctx.layout)  # proven and recorded: the switch is settled, the guard has nothing to bring back
     crash_point("blessed")
     # only now is the rollback target known for sure; releases outside it and keep_releases can go
     removed = prune(ctx.layout, ctx.spec.engine.keep_releases, ctx.state.releases_in_use())
-    return (f"release {verdict.deployment.release} is now last good"
+    moved = (f"; clients moved to it beside the old engine, which it replaced as {ctx.spec.server.name} on "
+             f"{verdict.deployment.endpoint}" if beside else "")
+    return (f"release {verdict.deployment.release} is now last good{moved}"
             + (f"; removed old release(s) {', '.join(removed)}" if removed else ""))
 
 
@@ -206,6 +280,12 @@ def revert(ctx: Context) -> Revert:
     the unproven engine is stopped; when last good is the very config that failed there is nothing to go to.
     Raises what talking to supervisord raises: the caller reports it with :func:`serving`."""
     name, last_good, failed = ctx.spec.server.name, ctx.state.last_good, ctx.desired
+    if ctx.candidate is not None and ctx.candidate.under_probe:
+        # beside last good, which never stopped and still has the front door: the candidate goes, nothing else
+        ctx.say(f"stopping {ctx.candidate.program}: {name} on last good release {last_good.release} kept serving")
+        _retire_candidate(ctx)
+        ctx.start = None  # the probe that proves last good watches its own engine from now
+        return Revert(last_good)
     if last_good is None:
         if ctx.supervisor.is_running():  # the unproven engine of a first install
             ctx.supervisor.stop(name, grace=UNPROVEN_STOP_GRACE_S)
@@ -244,8 +324,12 @@ def recover_stale(ctx: Context) -> str | None:
 
 
 def settle(ctx: Context) -> None:
-    """The switch is settled (proven, reverted, or reported as failed with what serves): the guard stands down."""
+    """The switch is settled (proven, reverted, or reported as failed with what serves): the guard stands down,
+    and a candidate still beside it is retired, unless it is all that answers (the next run decides then)."""
     guard.disarm(ctx.layout)
+    current = ctx.state.current
+    if ctx.candidate is not None and current is not None and _answers(current.endpoint):
+        _retire_candidate(ctx)
 
 
 def expose(ctx: Context, deployment: Deployment) -> None:

@@ -360,6 +360,10 @@ class Front(Strict):
                                                         "listens (a switch, a restart); then 503")
     metrics: Listen | None = Field(Listen(host="127.0.0.1", port=8405),
                                    description="where HAProxy's Prometheus exporter answers /metrics (null: none)")
+    overlap: Literal["auto", "off"] = Field(
+        "auto", description="auto: when memory holds both (the memory budget says), a new engine loads beside the "
+                            "serving one and clients move once it passed the probe, so none is held; off: the "
+                            "serving engine stops first and requests are held meanwhile")
 
     _ipv4 = field_validator("host")(classmethod(lambda cls, value: _ipv4_literal(value)))
 

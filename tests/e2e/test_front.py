@@ -14,11 +14,11 @@ import time
 import pytest
 import requests
 
-from boxes import Box, free_port, two_free_ports
+from boxes import FRONT_KEY, Box, free_port, two_free_ports, with_front
 
 pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")
 
-KEY = "sk-test-front-0123456789"
+KEY = FRONT_KEY
 QUESTION = {"model": "deepseek-chat", "max_tokens": 16,
             "messages": [{"role": "user", "content": "What is the capital of France?"}]}
 
@@ -30,11 +30,7 @@ def key_file(path, mode=0o600):
 
 
 def front_box(root, sim_repo) -> Box:
-    made = Box(root, sim_repo, two_free_ports())
-    made.front_port, made.metrics_port = free_port(), free_port()
-    made.spec["front"] = {"host": "127.0.0.1", "port": made.front_port, "hold_s": 30,
-                          "keys": str(key_file(root.parent / f"{root.name}-keys")),
-                          "metrics": {"host": "127.0.0.1", "port": made.metrics_port}}
+    made = with_front(Box(root, sim_repo, two_free_ports()))
     made.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"] = "2"  # long enough that a request meets no engine
     made.write()
     return made
@@ -81,32 +77,40 @@ class Client(threading.Thread):
         self.join(timeout=150)
 
 
+def _say(document: dict) -> str:
+    return json.dumps(document["roles"])
+
+
 def test_a_client_sees_no_failure_and_no_bad_answer_through_an_upgrade_a_restart_and_a_revert(fronted):
+    """front.overlap off: the serving engine stops first; requests are held while the new one loads and is
+    probed on the other slot, then sent to it."""
     box = fronted
-    first = box.status()
-    assert first["healthy"] and first["front"]["up"], first
-    client = Client(box)
-    client.start()
-    try:
-        time.sleep(1)
-        with box.edited({"engine.ref": "v0.3.0"}):
-            rc, upgraded = box.converge()
-            assert rc == 0, upgraded["error"]
-            after_upgrade = box.status()
-            # the new engine took the idle slot, and the front door points at it now
-            assert after_upgrade["endpoint"] != first["endpoint"], (first, after_upgrade)
-            assert after_upgrade["front"]["points_at"] == after_upgrade["endpoint"].removeprefix("http://")
+    with box.edited({"front.overlap": "off"}):
+        first = box.status()
+        assert first["healthy"] and first["front"]["up"], first
+        client = Client(box)
+        client.start()
+        try:
             time.sleep(1)
-            with box.edited({"server.ctx": 16384}):  # a restart: same release, another setting
-                rc, restarted = box.converge()
-                assert rc == 0, restarted
+            with box.edited({"engine.ref": "v0.3.0"}):
+                rc, upgraded = box.converge()
+                assert rc == 0, upgraded["error"]
+                assert "front.overlap is off" in _say(upgraded)
+                after_upgrade = box.status()
+                # the new engine took the idle slot, and the front door points at it now
+                assert after_upgrade["endpoint"] != first["endpoint"], (first, after_upgrade)
+                assert after_upgrade["front"]["points_at"] == after_upgrade["endpoint"].removeprefix("http://")
                 time.sleep(1)
-            with box.edited({"engine.ref": "v0.3.1-wrong-answer"}):  # answers "London": reverted
-                rc, reverted = box.converge()
-            assert rc == 1 and reverted["reverted"], reverted
-            time.sleep(1)
-    finally:
-        client.stop()
+                with box.edited({"server.ctx": 16384}):  # a restart: same release, another setting
+                    rc, restarted = box.converge()
+                    assert rc == 0, restarted
+                    time.sleep(1)
+                with box.edited({"engine.ref": "v0.3.1-wrong-answer"}):  # answers "London": reverted
+                    rc, reverted = box.converge()
+                assert rc == 1 and reverted["reverted"], reverted
+                time.sleep(1)
+        finally:
+            client.stop()
     status = box.status()
     assert status["release"] == after_upgrade["release"] or status["release"] == status["last_good"]
     # a revert never moves the front door: it points at last good's slot, where last good runs again
@@ -114,6 +118,47 @@ def test_a_client_sees_no_failure_and_no_bad_answer_through_an_upgrade_a_restart
     assert client.failures == [], client.failures
     assert client.answers and all("Paris" in a for a in client.answers), [a for a in client.answers if "Paris" not in a]
     assert len(client.answers) > 20
+
+
+def test_with_memory_for_both_the_new_engine_loads_beside_the_serving_one_and_no_request_waits_for_it(fronted):
+    """front.overlap auto, and the simulator's model set fits twice: the new engine loads and is probed as a
+    candidate on the idle slot while last good keeps serving; clients move once it passed, and a release that
+    fails its probe is stopped without last good ever being stopped. No request waits for a load."""
+    box = fronted
+    load_s = float(box.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"])
+    first = box.status()
+    assert first["healthy"] and first["front"]["up"], first
+    client = Client(box)
+    client.start()
+    try:
+        time.sleep(1)
+        with box.edited({"engine.ref": "v0.3.0", "server.ctx": 8192}):
+            rc, upgraded = box.converge()
+            assert rc == 0, upgraded["error"]
+            assert "loads beside the serving one" in _say(upgraded), _say(upgraded)
+            after_upgrade = box.status()
+            # the new release ends on the slot clients know, under the engine's own program
+            assert after_upgrade["endpoint"] == first["endpoint"] and after_upgrade["pid"] != first["pid"]
+            assert after_upgrade["healthy"], after_upgrade
+            assert after_upgrade["front"]["points_at"] == after_upgrade["endpoint"].removeprefix("http://")
+            assert sorted(p.name for p in (box.root / "supervisor" / "programs").iterdir()) == ["ds4.conf"]
+            time.sleep(1)
+            with box.edited({"engine.ref": "v0.3.1-wrong-answer"}):  # answers "London": its candidate is stopped
+                rc, reverted = box.converge()
+            assert rc == 1 and reverted["reverted"], reverted
+            after_revert = box.status()
+            # last good was never stopped: same process, same slot, and the candidate is gone
+            assert after_revert["pid"] == after_upgrade["pid"], (after_upgrade, after_revert)
+            assert after_revert["release"] == after_upgrade["release"]
+            assert after_revert["front"]["points_at"] == after_upgrade["front"]["points_at"]
+            assert sorted(p.name for p in (box.root / "supervisor" / "programs").iterdir()) == ["ds4.conf"]
+            time.sleep(1)
+    finally:
+        client.stop()
+    assert client.failures == [], client.failures
+    assert client.answers and all("Paris" in a for a in client.answers), [a for a in client.answers if "Paris" not in a]
+    # a held request waits at least for a load; here none did
+    assert max(client.held) < load_s, sorted(client.held)[-5:]
 
 
 def test_a_request_without_the_right_key_gets_401_in_openais_shape(fronted):
@@ -258,6 +303,7 @@ def test_after_a_rollback_to_the_other_slot_the_watchdog_watches_the_engine_that
     (refused connections) it restarted a healthy engine under traffic every few checks (a fleet run found it)."""
     box = front_box(tmp_path / "root", sim_repo)
     box.spec["health"]["watchdog"] = {"interval_s": 0.3, "failures": 2}
+    box.spec["front"]["overlap"] = "off"  # an upgrade moves to the other slot; a rollback comes back
     box.write()
     try:
         rc, document = box.converge()

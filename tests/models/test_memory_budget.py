@@ -237,3 +237,38 @@ def test_flash_keeps_6_gib_twice_and_b030961_on_a_spark_cannot_hold_q2_at_512k_w
     assert "DS4_CUDA_Q8_NO_ALIGNED=1" in message  # the engine's own switch, named where it helps
     assert judge(estimate(q2, 524288, unified=True), spark)[0] != "error"  # the fork makes none: it fits
     assert judge(estimate(q2, 131072, unified=True, device_copies=copies), spark)[0] != "error"
+
+
+from ds4_converge.models.budget import beside  # noqa: E402
+from ds4_converge.units import gib  # noqa: E402
+
+
+def test_a_second_engine_beside_the_first_needs_its_whole_peak_free_unless_both_map_the_same_weights():
+    """A front door's overlap switch: the new engine loads while the old one still holds its memory."""
+    q2 = estimate(Q2_WEIGHTS, 32768)
+    big_host = Room(total=256 * GIB, available=150 * GIB, returned=q2.total)
+    assert beside(q2, big_host, shared_weights=False)[0]
+    # a Spark: the new engine alone fits once the old one is gone, two of them never do
+    spark = Room(total=int(119.7 * GIB), available=35 * GIB, returned=q2.total)
+    fits, why = beside(q2, spark, shared_weights=False)
+    assert judge(q2, spark)[0] != "error" and not fits
+    assert f"adds {gib(q2.peak)}" in why and f"{gib(35 * GIB - 4 * GIB)} is free" in why
+    # a CPU build reads the weights from the file's page cache, which both share: only KV and buffers add up
+    fits, why = beside(q2, spark, shared_weights=True)
+    assert fits and f"adds {gib(q2.kv)}" in why and "shared" in why
+
+
+def test_no_second_engine_when_what_is_free_is_unknown():
+    q2 = estimate(Q2_WEIGHTS, 32768)
+    fits, why = beside(q2, Room(total=256 * GIB), shared_weights=True)
+    assert not fits and "not known" in why
+
+
+def test_a_model_larger_than_memory_served_anyway_from_its_mapping_takes_a_second_engine_for_its_kv_only():
+    """model.memory_budget: warn, a CPU build: the serving engine holds the mapping already; a second one of the
+    same file adds its KV and buffers, and is judged by them. Copied weights never share."""
+    q2 = estimate(Q2_WEIGHTS, 1024)
+    small = Room(total=23 * GIB, available=22 * GIB)
+    assert judge(q2, small)[0] == "error"
+    assert beside(q2, small, shared_weights=True)[0]
+    assert not beside(q2, small, shared_weights=False)[0]

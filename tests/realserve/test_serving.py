@@ -285,7 +285,9 @@ class FrontClient(threading.Thread):
 def test_a_front_door_keeps_a_real_client_whole_through_an_upgrade_a_restart_and_a_revert(box, tmp_path):
     """The real engine behind HAProxy: one client asks all the time through an upgrade (8d57664 → b030961), a
     restart (a setting changed) and a release that answers wrongly (reverted); it meets no failure and no wrong
-    answer, since what arrives while no good engine listens is held and the bad release never takes the slot."""
+    answer: the new engine loads beside the serving one (front.overlap auto; a CPU build shares the phantom's
+    mapping, so two fit), clients move once it passed, and the bad release's candidate is stopped while last good
+    serves on."""
     keys = tmp_path / "keys"
     keys.write_text(FRONT_KEY + "\n")
     keys.chmod(0o600)
@@ -301,14 +303,18 @@ def test_a_front_door_keeps_a_real_client_whole_through_an_upgrade_a_restart_and
     try:
         rc, upgraded = converge(box, "engine.ref=b030961")
         assert rc == 0 and upgraded["ok"], upgraded
+        # a CPU build computes from the phantom's mapping: a second engine adds its KV only, and loads beside
+        assert "loads beside the serving one" in json.dumps(upgraded["roles"]), upgraded["roles"]
         box.spec["engine"]["ref"] = "b030961"
         box.write()
         _, before = serving(box)
         rc, restarted = converge(box, "server.env.DS4C_TEST_SETTING=restart")
         assert rc == 0 and restarted["ok"] and restarted["release"] == upgraded["release"], restarted
-        assert serving(box)[1] != before
+        _, last_good = serving(box)
+        assert last_good != before
         rc, reverted = converge(box, "engine.ref=wrong-answer")
         assert rc == 1 and reverted["reverted"], reverted
+        assert serving(box)[1] == last_good, "the bad release's candidate went; last good never stopped"
     finally:
         client.stop()
     status = box.status()

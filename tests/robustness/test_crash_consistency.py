@@ -14,20 +14,21 @@ from pathlib import Path
 import pytest
 import requests
 
-from boxes import MODEL, Box, engine_pids, free_port
+from boxes import FRONT_KEY, MODEL, Box, engine_pids, free_port, two_free_ports, with_front
 from ds4_converge.core.crashpoints import ENV, POINTS
 from ds4_converge.core.lock import lock_holders
 
 REVERT_POINTS = [p for p in POINTS if p.startswith("revert-")]
 ROLLBACK_POINTS = [p for p in POINTS if p.startswith("rollback-")]
-UPGRADE_POINTS = [p for p in POINTS if p not in REVERT_POINTS + ROLLBACK_POINTS]
+BESIDE_POINTS = [p for p in POINTS if p.startswith("beside-")]  # a front door's overlap switch
+UPGRADE_POINTS = [p for p in POINTS if p not in REVERT_POINTS + ROLLBACK_POINTS + BESIDE_POINTS]
 COLD_POINTS = ["intent", "program-written", "new-started"]
 
 
-@pytest.fixture(scope="module")
-def crash_box(tmp_path_factory, sim_repo):
-    base = tmp_path_factory.mktemp("crash")
-    box = Box(base / "root", sim_repo, free_port())
+def _box(base: Path, sim_repo: Path, front: bool = False) -> Box:
+    box = Box(base / "root", sim_repo, two_free_ports() if front else free_port())
+    if front:
+        with_front(box)
     box.spec["model"]["main"] = {"source": str(MODEL), "dest": str(base / "models-a")}
     box.spec["server"]["kv_disk_dir"] = str(base / "kv")
     box.spec["health"].update(soak_s=0.5, deadline_s=10)
@@ -37,6 +38,21 @@ def crash_box(tmp_path_factory, sim_repo):
     assert rc == 0, document
     box.baseline_release = document["release"]
     box.base = base
+    return box
+
+
+@pytest.fixture(scope="module")
+def crash_box(tmp_path_factory, sim_repo):
+    box = _box(tmp_path_factory.mktemp("crash"), sim_repo)
+    yield box
+    box.stop()
+
+
+@pytest.fixture(scope="module")
+def front_crash_box(tmp_path_factory, sim_repo):
+    """Behind a front door, where an upgrade loads the new engine beside the serving one (the simulator's model
+    fits twice)."""
+    box = _box(tmp_path_factory.mktemp("crash-front"), sim_repo, front=True)
     yield box
     box.stop()
 
@@ -66,10 +82,14 @@ def _env():
 
 
 def _serves(box: Box, within: float = 30) -> bool:
+    """The endpoint clients use answers: the engine's port, or the front door's (with a key)."""
+    front = box.spec.get("front")
+    url = f"http://127.0.0.1:{front['port']}" if front else box.endpoint
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
-            if requests.get(f"{box.endpoint}/v1/models", timeout=2).status_code == 200:
+            if requests.get(f"{url}/v1/models", timeout=2,
+                            headers={"Authorization": f"Bearer {FRONT_KEY}"}).status_code == 200:
                 return True
         except requests.RequestException:
             pass
@@ -116,6 +136,27 @@ def test_a_run_killed_during_an_upgrade_recovers(crash_box, point):
         conf.write("; as an older ds4-converge rendered it\n")  # so the run rewrites it (supervisord-conf)
     _crash(box, point)
     assert _serves(box), f"nothing serves after a crash at {point}"
+    rc, document = box.converge()
+    assert rc == 0 and document["ok"], document
+    assert box.status()["release"] == document["release"] != box.baseline_release
+    _invariants(box)
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")
+@pytest.mark.parametrize("point", BESIDE_POINTS)
+def test_a_run_killed_during_an_overlap_switch_recovers(front_crash_box, point):
+    """The guard keeps (or brings back) last good behind the front door and stops the candidate; a re-run ends
+    converged with one engine and no candidate program left."""
+    box = front_crash_box
+    _reset(box)
+    box.spec["engine"]["ref"] = "v0.3.0"
+    box.write()
+    _crash(box, point)
+    assert _serves(box), f"nothing serves through the front door after a crash at {point}"
+    deadline = time.monotonic() + 30  # the guard stops the candidate once the front door points at last good
+    while (box.root / "supervisor" / "programs" / "ds4.next.conf").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not (box.root / "supervisor" / "programs" / "ds4.next.conf").exists(), "the guard removed the candidate"
     rc, document = box.converge()
     assert rc == 0 and document["ok"], document
     assert box.status()["release"] == document["release"] != box.baseline_release
