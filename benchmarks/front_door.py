@@ -155,7 +155,11 @@ def measure(mode: str | None, work: Path, side: Side = SIM) -> list[dict]:
             during = [r for r in client.records if r[0] + r[1] >= began and r[0] <= ended]
             failed = [(start, start + lat) for start, lat, outcome in client.records if outcome == "failed"]
             held = [lat - steady for start, lat, outcome in during if outcome != "failed" and lat - steady > side.held_s]
-            rows.append({"switch": name, "front": dict((m, label) for label, m in MODES)[mode], "ok": document["ok"], "reverted": document["reverted"],
+            label = dict((m, label) for label, m in MODES)[mode]
+            if mode == "auto":  # the road the plan took, as its report says
+                beside = "loads beside the serving one" in json.dumps(document.get("roles"))
+                label += ": beside" if beside else ": stopped first"
+            rows.append({"switch": name, "front": label, "ok": document["ok"], "reverted": document["reverted"],
                          "requests": len(client.records),
                          "failed": sum(r[2] == "failed" for r in client.records),
                          "bad": sum(r[2] == "bad" for r in client.records),

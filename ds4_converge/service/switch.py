@@ -9,10 +9,15 @@ disarmed, releases no rollback needs pruned). Revert: when a later step fails, t
 (the guard has nothing left to bring back) and :func:`recover_stale` repairs one whose run died. What serves
 after things went wrong is said by :func:`serving`. The orchestration above knows none of supervisord, the
 guard or the program files: they are this module's business.
+
+With a front door and memory for two engines, the switch goes beside the serving one instead
+(:func:`switch_beside`): the new engine is a candidate program on the idle slot, last good is never stopped
+before the candidate passed the probe, and a revert only retires the candidate.
 """
 from __future__ import annotations
 
 import http.client
+import xmlrpc.client
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -23,6 +28,7 @@ from ds4_converge.core.engine_http import request
 from ds4_converge.core.state import Deployment
 from ds4_converge.engine.release import prune
 from ds4_converge.engine_knowledge import load as load_knowledge
+from ds4_converge.errors import Ds4Error
 from ds4_converge.service import drain, front, guard, memory_back, secrets, start_log, watchdog
 from ds4_converge.service.render import read_program_conf
 
@@ -326,10 +332,13 @@ def recover_stale(ctx: Context) -> str | None:
 def settle(ctx: Context) -> None:
     """The switch is settled (proven, reverted, or reported as failed with what serves): the guard stands down,
     and a candidate still beside it is retired, unless it is all that answers (the next run decides then)."""
+    current, candidate = ctx.state.current, ctx.candidate
+    if candidate is not None and current is not None and _answers(current.endpoint):
+        try:
+            _retire_candidate(ctx)
+        except (OSError, xmlrpc.client.Error, Ds4Error) as exc:  # settling never fails the run's report
+            ctx.say(f"warning: {candidate.program} could not be stopped ({exc}); the next run removes it")
     guard.disarm(ctx.layout)
-    current = ctx.state.current
-    if ctx.candidate is not None and current is not None and _answers(current.endpoint):
-        _retire_candidate(ctx)
 
 
 def expose(ctx: Context, deployment: Deployment) -> None:

@@ -2,6 +2,7 @@
 clients never see a switch, a bad release never answers them, and no one uses the endpoint without a key."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -81,42 +82,48 @@ def _say(document: dict) -> str:
     return json.dumps(document["roles"])
 
 
+@contextlib.contextmanager
+def streaming(box):
+    """A client asking through the front door from a healthy start until the block ends: (first status, client)."""
+    first = box.status()
+    assert first["healthy"] and first["front"]["up"], first
+    client = Client(box)
+    client.start()
+    try:
+        time.sleep(1)
+        yield first, client
+        time.sleep(1)
+    finally:
+        client.stop()
+    assert client.failures == [], client.failures
+    assert client.answers and all("Paris" in a for a in client.answers), [a for a in client.answers if "Paris" not in a]
+
+
 def test_a_client_sees_no_failure_and_no_bad_answer_through_an_upgrade_a_restart_and_a_revert(fronted):
     """front.overlap off: the serving engine stops first; requests are held while the new one loads and is
     probed on the other slot, then sent to it."""
     box = fronted
-    with box.edited({"front.overlap": "off"}):
-        first = box.status()
-        assert first["healthy"] and first["front"]["up"], first
-        client = Client(box)
-        client.start()
-        try:
+    with box.edited({"front.overlap": "off"}), streaming(box) as (first, client):
+        with box.edited({"engine.ref": "v0.3.0"}):
+            rc, upgraded = box.converge()
+            assert rc == 0, upgraded["error"]
+            assert "front.overlap is off" in _say(upgraded)
+            after_upgrade = box.status()
+            # the new engine took the idle slot, and the front door points at it now
+            assert after_upgrade["endpoint"] != first["endpoint"], (first, after_upgrade)
+            assert after_upgrade["front"]["points_at"] == after_upgrade["endpoint"].removeprefix("http://")
             time.sleep(1)
-            with box.edited({"engine.ref": "v0.3.0"}):
-                rc, upgraded = box.converge()
-                assert rc == 0, upgraded["error"]
-                assert "front.overlap is off" in _say(upgraded)
-                after_upgrade = box.status()
-                # the new engine took the idle slot, and the front door points at it now
-                assert after_upgrade["endpoint"] != first["endpoint"], (first, after_upgrade)
-                assert after_upgrade["front"]["points_at"] == after_upgrade["endpoint"].removeprefix("http://")
+            with box.edited({"server.ctx": 16384}):  # a restart: same release, another setting
+                rc, restarted = box.converge()
+                assert rc == 0, restarted
                 time.sleep(1)
-                with box.edited({"server.ctx": 16384}):  # a restart: same release, another setting
-                    rc, restarted = box.converge()
-                    assert rc == 0, restarted
-                    time.sleep(1)
-                with box.edited({"engine.ref": "v0.3.1-wrong-answer"}):  # answers "London": reverted
-                    rc, reverted = box.converge()
-                assert rc == 1 and reverted["reverted"], reverted
-                time.sleep(1)
-        finally:
-            client.stop()
+            with box.edited({"engine.ref": "v0.3.1-wrong-answer"}):  # answers "London": reverted
+                rc, reverted = box.converge()
+            assert rc == 1 and reverted["reverted"], reverted
     status = box.status()
     assert status["release"] == after_upgrade["release"] or status["release"] == status["last_good"]
     # a revert never moves the front door: it points at last good's slot, where last good runs again
     assert status["front"]["points_at"] == status["endpoint"].removeprefix("http://"), status
-    assert client.failures == [], client.failures
-    assert client.answers and all("Paris" in a for a in client.answers), [a for a in client.answers if "Paris" not in a]
     assert len(client.answers) > 20
 
 
@@ -125,13 +132,8 @@ def test_with_memory_for_both_the_new_engine_loads_beside_the_serving_one_and_no
     candidate on the idle slot while last good keeps serving; clients move once it passed, and a release that
     fails its probe is stopped without last good ever being stopped. No request waits for a load."""
     box = fronted
-    load_s = float(box.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"])
-    first = box.status()
-    assert first["healthy"] and first["front"]["up"], first
-    client = Client(box)
-    client.start()
-    try:
-        time.sleep(1)
+    programs = box.root / "supervisor" / "programs"
+    with streaming(box) as (first, client):
         with box.edited({"engine.ref": "v0.3.0", "server.ctx": 8192}):
             rc, upgraded = box.converge()
             assert rc == 0, upgraded["error"]
@@ -141,7 +143,7 @@ def test_with_memory_for_both_the_new_engine_loads_beside_the_serving_one_and_no
             assert after_upgrade["endpoint"] == first["endpoint"] and after_upgrade["pid"] != first["pid"]
             assert after_upgrade["healthy"], after_upgrade
             assert after_upgrade["front"]["points_at"] == after_upgrade["endpoint"].removeprefix("http://")
-            assert sorted(p.name for p in (box.root / "supervisor" / "programs").iterdir()) == ["ds4.conf"]
+            assert sorted(p.name for p in programs.iterdir()) == ["ds4.conf"]
             time.sleep(1)
             with box.edited({"engine.ref": "v0.3.1-wrong-answer"}):  # answers "London": its candidate is stopped
                 rc, reverted = box.converge()
@@ -151,13 +153,9 @@ def test_with_memory_for_both_the_new_engine_loads_beside_the_serving_one_and_no
             assert after_revert["pid"] == after_upgrade["pid"], (after_upgrade, after_revert)
             assert after_revert["release"] == after_upgrade["release"]
             assert after_revert["front"]["points_at"] == after_upgrade["front"]["points_at"]
-            assert sorted(p.name for p in (box.root / "supervisor" / "programs").iterdir()) == ["ds4.conf"]
-            time.sleep(1)
-    finally:
-        client.stop()
-    assert client.failures == [], client.failures
-    assert client.answers and all("Paris" in a for a in client.answers), [a for a in client.answers if "Paris" not in a]
+            assert sorted(p.name for p in programs.iterdir()) == ["ds4.conf"]
     # a held request waits at least for a load; here none did
+    load_s = float(box.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"])
     assert max(client.held) < load_s, sorted(client.held)[-5:]
 
 

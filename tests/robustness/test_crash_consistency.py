@@ -76,6 +76,15 @@ def _crash(box: Box, point: str, command: tuple = ()) -> None:
     assert proc.returncode == -9, f"the run did not reach {point}:\n{proc.stdout}\n{proc.stderr}"
 
 
+def _crash_upgrading(box: Box, ref: str, point: str) -> None:
+    """From the baseline, a run to `ref` killed at `point`: something must serve right after."""
+    _reset(box)
+    box.spec["engine"]["ref"] = ref
+    box.write()
+    _crash(box, point)
+    assert _serves(box), f"nothing serves after a crash at {point}"
+
+
 def _env():
     import os
     return {**os.environ, "NO_COLOR": "1"}
@@ -148,11 +157,7 @@ def test_a_run_killed_during_an_overlap_switch_recovers(front_crash_box, point):
     """The guard keeps (or brings back) last good behind the front door and stops the candidate; a re-run ends
     converged with one engine and no candidate program left."""
     box = front_crash_box
-    _reset(box)
-    box.spec["engine"]["ref"] = "v0.3.0"
-    box.write()
-    _crash(box, point)
-    assert _serves(box), f"nothing serves through the front door after a crash at {point}"
+    _crash_upgrading(box, "v0.3.0", point)
     deadline = time.monotonic() + 30  # the guard stops the candidate once the front door points at last good
     while (box.root / "supervisor" / "programs" / "ds4.next.conf").exists() and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -166,11 +171,7 @@ def test_a_run_killed_during_an_overlap_switch_recovers(front_crash_box, point):
 @pytest.mark.parametrize("point", REVERT_POINTS)
 def test_a_run_killed_while_reverting_a_broken_upgrade_recovers(crash_box, point):
     box = crash_box
-    _reset(box)
-    box.spec["engine"]["ref"] = "v0.3.1-crash-at-start"
-    box.write()
-    _crash(box, point)
-    assert _serves(box), f"nothing serves after a crash at {point}"
+    _crash_upgrading(box, "v0.3.1-crash-at-start", point)
     rc, document = box.converge()
     assert rc == 1 and document["reverted"], document
     assert box.status()["release"] == box.baseline_release
