@@ -160,7 +160,10 @@ FRONT_KEY = "sk-test-front-0123456789"
 
 def with_front(box: Box) -> Box:
     """`box` behind a front door (spec `front`) on free ports, with a key file (0600) beside its root."""
-    box.front_port, box.metrics_port = free_port(), free_port()
+    taken = {box.port, box.port + 1}
+    while len(taken) < 4:  # two free ports in a row may be the same one: four distinct listeners, or the spec is invalid
+        taken.add(free_port())
+    box.front_port, box.metrics_port = sorted(taken - {box.port, box.port + 1})
     keys = box.root.parent / f"{box.root.name}-keys"
     keys.write_text(f"# keys of the test endpoint\n{FRONT_KEY}\n")
     os.chmod(keys, 0o600)

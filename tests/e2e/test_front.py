@@ -278,7 +278,7 @@ def test_a_front_door_added_to_a_serving_box_keeps_its_engine_and_one_that_canno
         box.spec["front"] = {**front, "tls": {"cert": str(bad), "key": str(bad)}}
         box.write()
         rc, document = box.converge()
-        assert rc == 1 and not document["reverted"], document
+        assert rc == 1 and not document["reverted"], (document["error"], document)
         assert "front: HAProxy does not start" in document["error"], document["error"]
         assert (box.root / "supervisor" / "supervisord.conf").read_text() == conf
         after = box.status()
