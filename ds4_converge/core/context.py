@@ -125,8 +125,8 @@ class Context:
         """Where the engine answers (the probe, drain and bench talk to it directly). With a front door, the
         slot of the engine started last (the switch records it as current before it starts it), or of the
         candidate under probe beside it."""
-        if self.candidate is not None and self.candidate.under_probe:
-            return self.candidate.deployment.endpoint
+        if self.probed is not None:
+            return self.probed.deployment.endpoint
         if self.spec.front is not None:
             current = self.state.current
             return current.endpoint if current is not None else f"http://127.0.0.1:{self.spec.server.port}"
@@ -135,16 +135,17 @@ class Context:
     @property
     def engine_deployment(self) -> Deployment | None:
         """What runs as it was started, for those who talk to it: the candidate under probe, else current."""
-        if self.candidate is not None and self.candidate.under_probe:
-            return self.candidate.deployment
-        return self.state.current
+        return self.probed.deployment if self.probed is not None else self.state.current
 
     @property
     def engine_program(self) -> str:
         """The supervisord program of the engine the probe watches: server.name, or the candidate under probe."""
-        if self.candidate is not None and self.candidate.under_probe:
-            return self.candidate.program
-        return self.spec.server.name
+        return self.probed.program if self.probed is not None else self.spec.server.name
+
+    @property
+    def probed(self) -> Candidate | None:
+        """The candidate while the probe, gate and warm-up talk to it; None otherwise."""
+        return self.candidate if self.candidate is not None and self.candidate.under_probe else None
 
 
 def service_account(loaded: LoadedSpec) -> tuple[str, str]:

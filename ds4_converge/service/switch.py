@@ -286,7 +286,7 @@ def revert(ctx: Context) -> Revert:
     the unproven engine is stopped; when last good is the very config that failed there is nothing to go to.
     Raises what talking to supervisord raises: the caller reports it with :func:`serving`."""
     name, last_good, failed = ctx.spec.server.name, ctx.state.last_good, ctx.desired
-    if ctx.candidate is not None and ctx.candidate.under_probe:
+    if ctx.probed is not None:
         # beside last good, which never stopped and still has the front door: the candidate goes, nothing else
         ctx.say(f"stopping {ctx.candidate.program}: {name} on last good release {last_good.release} kept serving")
         _retire_candidate(ctx)
