@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -25,6 +29,7 @@ from ds4_converge.errors import Ds4Error
 
 PROGRAM = "ds4c.front"  # a name server.name cannot take (it allows no '.')
 ADMIN_TIMEOUT_S = 5
+RELOAD_BOUND_S = 20  # HAProxy says "Loading success." or "Loading failure!" within a second or two of USR2
 # OpenAI's shape, so that its clients show the reason
 UNAUTHORIZED = {"error": {"message": "Incorrect or missing API key: send Authorization: Bearer KEY with a key "
                                      "of this endpoint.", "type": "invalid_request_error", "param": None,
@@ -85,6 +90,10 @@ def tls_path(layout: Layout) -> Path:
     return directory(layout) / "tls.pem"
 
 
+def executable() -> str:
+    return shutil.which("haproxy") or "haproxy"
+
+
 def haproxy_argv(layout: Layout, haproxy: str) -> list[str]:
     """Master-worker in the foreground: supervisord watches it, a changed config is a graceful reload (USR2)."""
     return [haproxy, "-W", "-db", "-f", str(config_path(layout))]
@@ -136,6 +145,90 @@ def write_files(ctx: Context, text: str) -> None:
         if ctx.spec.front.tls:
             os.symlink(ctx.host_path(getattr(ctx.spec.front.tls, target)), path)
     write_atomic(config_path(layout), text, mode=0o600)
+
+
+@dataclass(frozen=True)
+class Files:
+    """What write_files changes, as it was: the config's text and where the certificate links pointed."""
+
+    config: str | None
+    links: dict[Path, str | None]
+
+
+def saved_files(layout: Layout) -> Files:
+    link = tls_path(layout)
+    links = {}
+    for path in (link, link.with_name(link.name + ".key")):
+        try:
+            links[path] = os.readlink(path)
+        except OSError:
+            links[path] = None
+    try:
+        config_text = config_path(layout).read_text()
+    except OSError:
+        config_text = None
+    return Files(config_text, links)
+
+
+def restore_files(layout: Layout, files: Files) -> None:
+    for path, target in files.links.items():
+        path.unlink(missing_ok=True)
+        if target is not None:
+            os.symlink(target, path)
+    if files.config is not None:
+        write_atomic(config_path(layout), files.config, mode=0o600)
+
+
+def reload(layout: Layout, supervisor, haproxy: str) -> None:
+    """The running HAProxy loads its config anew (USR2: in-flight requests finish on the old worker). HAProxy
+    checks the config first (`-c`); then the master's own words in its log tell whether the new worker took over:
+    after "Loading failure!" (an address it cannot bind, say) the old worker goes on serving the old config, and
+    the caller puts the old files back. Raises FrontError naming what HAProxy said."""
+    try:
+        check = subprocess.run([haproxy, "-c", "-q", "-f", str(config_path(layout))], capture_output=True,
+                               text=True, errors="replace", timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise FrontError(f"cannot check HAProxy's new config: {exc}") from None
+    if check.returncode != 0:
+        said = _alerts(check.stdout + check.stderr) or f"haproxy -c exited {check.returncode}"
+        raise FrontError(f"HAProxy refuses the new config ({said})")
+    log = layout.logs / "front.log"
+    offset = _size(log)
+    supervisor.signal(PROGRAM, "USR2")
+    deadline = time.monotonic() + RELOAD_BOUND_S
+    while time.monotonic() < deadline:
+        said = _read_from(log, offset)
+        if "Loading success." in said:
+            return
+        if "Loading failure!" in said:
+            raise FrontError(f"HAProxy's reload failed, its old worker serves on ({_alerts(said) or log})")
+        time.sleep(0.1)
+    raise FrontError(f"HAProxy did not say within {RELOAD_BOUND_S} s whether its reload succeeded ({log})")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _read_from(path: Path, offset: int) -> str:
+    """What the log gained since `offset` (from its start when it was rotated meanwhile)."""
+    try:
+        with open(path, "rb") as handle:
+            if os.fstat(handle.fileno()).st_size >= offset:
+                handle.seek(offset)
+            return handle.read(1 << 20).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _alerts(text: str) -> str:
+    """HAProxy's [ALERT] lines, without their prefix: what it could not do."""
+    lines = [line.split(":", 1)[1].strip() if ":" in line else line.strip()
+             for line in text.splitlines() if "[ALERT]" in line]
+    return "; ".join(lines)[:600]
 
 
 # ------------------------------------------------------------------------------------------ the admin socket

@@ -296,6 +296,40 @@ def test_a_front_door_added_to_a_serving_box_keeps_its_engine_and_one_that_canno
         box.stop()
 
 
+def test_a_front_door_reload_that_fails_fails_the_run_and_leaves_the_front_door_as_it_was(tmp_path, sim_repo):
+    """A reload HAProxy could not do was a run that exited 0 saying "serving" while the old worker went on with the
+    old config (issue 41): now the run fails, the old files are back, and the front door serves as it did."""
+    from ds4_converge.core.layout import Layout
+    from ds4_converge.service import front
+    from ds4_converge.service.supervisor import Supervisor
+
+    box = front_box(tmp_path / "root", sim_repo)
+    layout = Layout(box.root)
+    try:
+        rc, document = box.converge()
+        assert rc == 0, document["error"]
+        before, config = box.status(), front.config_path(layout).read_text()
+        bad = tmp_path / "bad.pem"  # preflight sees a file; HAProxy cannot load it
+        bad.write_text("not a certificate\n")
+        box.spec["front"]["tls"] = {"cert": str(bad), "key": str(bad)}
+        box.write()
+        rc, document = box.converge()
+        assert rc == 1 and not document["reverted"], document
+        assert "front: HAProxy refuses the new config" in document["error"], document["error"]
+        assert "config was put back" in document["error"], document["error"]
+        assert front.config_path(layout).read_text() == config and not front.tls_path(layout).is_symlink()
+        after = box.status()
+        assert (after["pid"], after["front"]["up"]) == (before["pid"], True) and ask(box, timeout=30).ok
+        # a config HAProxy's check passes but whose address it cannot bind: its old worker goes on serving
+        front.config_path(layout).write_text(config.replace(f"'127.0.0.1:{box.front_port}'",
+                                                            f"'192.0.2.1:{box.front_port}'"))
+        with pytest.raises(front.FrontError, match="reload failed, its old worker serves on .*cannot bind"):
+            front.reload(layout, Supervisor(layout), front.executable())
+        assert ask(box, timeout=30).ok
+    finally:
+        box.stop()
+
+
 def test_after_a_rollback_to_the_other_slot_the_watchdog_watches_the_engine_that_serves(tmp_path, sim_repo):
     """A rollback moves the engine to the other slot: the watchdog must ask it there. Watching the slot it left
     (refused connections) it restarted a healthy engine under traffic every few checks (a fleet run found it)."""
