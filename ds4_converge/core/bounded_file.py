@@ -1,4 +1,4 @@
-"""Reading a file a person names (`--facts`, `front.keys`, a `health.warmup` prompt): a regular file of bounded
+"""Reading a file a person names (a spec, `--facts`, `engine.installer`, `front.keys`, a `health.warmup` prompt): a regular file of bounded
 size, opened without blocking. A FIFO or a device is refused as what it is, never waited on (`open` on a FIFO
 blocks until a writer comes; reading `/dev/zero` never ends); a file larger than what its field can hold is refused
 before it is read, not read whole into memory."""
@@ -13,7 +13,12 @@ from ds4_converge.units import human_bytes
 
 
 class FileRefused(ValueError):
-    """Why a file is not read, in words after its path: "a FIFO, not a regular file", "3.0 GiB, more than …"."""
+    """Why a file is not read, in words after its path: "a FIFO, not a regular file", "3.0 GiB, more than …";
+    `too_large`: a regular file over the bound (else: not a regular file)."""
+
+    def __init__(self, message: str, *, too_large: bool = False):
+        super().__init__(message)
+        self.too_large = too_large
 
 
 def check_regular(st: os.stat_result, limit: int, holds: str) -> None:
@@ -21,7 +26,8 @@ def check_regular(st: os.stat_result, limit: int, holds: str) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise FileRefused(f"{kind_of(st.st_mode)}, not a regular file")
     if st.st_size > limit:
-        raise FileRefused(f"{human_bytes(st.st_size)}, more than the {human_bytes(limit)} {holds} may hold")
+        raise FileRefused(f"{human_bytes(st.st_size)}, more than the {human_bytes(limit)} {holds} may hold",
+                          too_large=True)
 
 
 def check(path: str | os.PathLike, limit: int, holds: str) -> None:
@@ -39,7 +45,7 @@ def read(path: str | os.PathLike, limit: int, holds: str) -> bytes:
             chunks.append(chunk)
             size += len(chunk)
         if size > limit:  # it grew after fstat
-            raise FileRefused(f"more than the {human_bytes(limit)} {holds} may hold")
+            raise FileRefused(f"more than the {human_bytes(limit)} {holds} may hold", too_large=True)
         return b"".join(chunks)
     finally:
         os.close(fd)

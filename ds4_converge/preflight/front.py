@@ -11,6 +11,7 @@ from ds4_converge.core.context import Context
 from ds4_converge.core.plan import Finding
 
 MAX_KEYS_BYTES = 4 << 20  # some 50,000 keys of 64 characters; HAProxy loads the whole file into memory
+MAX_PEM_BYTES = 1 << 20  # a certificate chain is a few KiB
 PACKAGE = "haproxy"  # Debian and Ubuntu's package, which has the Prometheus exporter built in
 
 
@@ -26,8 +27,12 @@ def findings(ctx: Context) -> list[Finding]:
     if front.tls:
         for field in ("cert", "key"):
             path = ctx.host_path(getattr(front.tls, field))
-            if not path.is_file():
-                out.append(Finding("error", f"front.tls.{field}: {path} is not a file"))
+            try:
+                bounded_file.check(path, MAX_PEM_BYTES, "a PEM file")
+            except bounded_file.FileRefused as exc:
+                out.append(Finding("error", f"front.tls.{field}: {path} is {exc}"))
+            except OSError as exc:
+                out.append(Finding("error", f"front.tls.{field}: {path}: {exc.strerror or exc}"))
     ports = [("front.port", front.port)] + ([("front.metrics.port", front.metrics.port)] if front.metrics else [])
     for field, port in ports:
         out += _held(ctx, field, port)

@@ -1,4 +1,4 @@
-"""Files a spec names that the tool reads itself (front.keys, health.warmup): a FIFO or a device is refused as what
+"""Files a spec names that the tool reads (front.keys, health.warmup) or hands to HAProxy (front.tls): a FIFO or a device is refused as what
 it is, and a file larger than its field can hold is refused by preflight naming the field, before anything changes
 (a 3 GiB key file took half a minute; a 3 GiB warm-up file under a memory cap reverted a healthy release)."""
 import json
@@ -24,16 +24,24 @@ def _make(path, kind: str, size: int) -> str:
 @pytest.mark.parametrize("field, kind, words", [
     ("front.keys", "huge", "is 5.0 MiB, more than the 4.0 MiB a key file may hold"),
     ("front.keys", "fifo", "is a FIFO, not a regular file"),
+    ("front.tls.cert", "huge", "is 2.0 MiB, more than the 1.0 MiB a PEM file may hold"),
+    ("front.tls.key", "device", "/dev/zero is a character device, not a regular file"),
     ("health.warmup[0]", "huge", ": 1.5 MiB, more than the 1.0 MiB a warm-up prompt for server.ctx 32768 may hold"),
     ("health.warmup[0]", "fifo", ": a FIFO, not a regular file"),
     ("health.warmup[0]", "device", "/dev/zero: a character device, not a regular file"),
 ])
 def test_a_special_or_oversized_file_is_refused_by_preflight_naming_its_field(box, tmp_path, field, kind, words):
-    size = {"front.keys": 5 << 20, "health.warmup[0]": 3 << 19}[field]
+    size = {"front.keys": 5 << 20, "health.warmup[0]": 3 << 19}.get(field, 2 << 20)
     path = _make(tmp_path / "named-file", kind, size)
-    if field == "front.keys":
+    if field.startswith("front."):
         with_front(box)
-        box.spec["front"]["keys"] = path
+        if field == "front.keys":
+            box.spec["front"]["keys"] = path
+        else:
+            box.spec["front"]["tls"] = {"cert": str(tmp_path / "cert.pem"), "key": str(tmp_path / "key.pem"),
+                                        field.split(".")[-1]: path}
+            for pem in ("cert.pem", "key.pem"):
+                (tmp_path / pem).write_text("-----BEGIN NOTHING-----\n")
     else:
         box.spec["health"]["warmup"] = [path]
     box.write()
