@@ -234,16 +234,42 @@ def _alerts(text: str) -> str:
 # ------------------------------------------------------------------------------------------ the admin socket
 
 
+class AdminTimeout(FrontError):
+    """HAProxy's admin socket accepted the connection and said nothing within the bound: a HAProxy that is
+    stopped (SIGSTOP) or hung; its process still exists."""
+
+
 def admin(layout: Layout, command: str) -> str:
-    """One command on HAProxy's admin socket (bounded); its answer."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(ADMIN_TIMEOUT_S)
-        sock.connect(str(admin_socket(layout)))
-        sock.sendall(command.encode() + b"\n")
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
+    """One command on HAProxy's admin socket, its answer; the whole exchange is bounded by ADMIN_TIMEOUT_S."""
+    path = admin_socket(layout)
+    deadline = time.monotonic() + ADMIN_TIMEOUT_S
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(ADMIN_TIMEOUT_S)
+            sock.connect(str(path))
+            sock.sendall(command.encode() + b"\n")
+            chunks = []
+            while True:
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                if not (chunk := sock.recv(65536)):
+                    break
+                chunks.append(chunk)
+    except TimeoutError:
+        raise AdminTimeout(f"its admin socket {path} did not answer within {ADMIN_TIMEOUT_S} s") from None
     return b"".join(chunks).decode(errors="replace")
+
+
+def not_answering(ctx: Context, exc: AdminTimeout) -> FrontError:
+    """The error for a HAProxy that exists but does not answer, with its pid (supervisord's word for it)."""
+    return FrontError(f"HAProxy does not answer ({_pid_words(ctx)}, stopped?): {exc}")
+
+
+def _pid_words(ctx: Context) -> str:
+    try:
+        info = ctx.supervisor.info(PROGRAM)
+    except (OSError, Ds4Error):
+        info = None
+    return f"pid {info['pid']}" if info and info.get("pid") else "pid unknown"
 
 
 def servers(layout: Layout, name: str) -> dict[str, dict]:
@@ -293,6 +319,10 @@ def hold(ctx: Context) -> bool:
         return False
     try:
         _serve(ctx.layout, ctx.spec.server.name, HOLD)
+    except AdminTimeout as exc:
+        ctx.say(f"front door: could not hold new requests ({not_answering(ctx, exc)}); they reach the engine "
+                f"until it stops")
+        return False
     except (OSError, FrontError) as exc:
         ctx.say(f"front door: could not hold new requests ({exc}); they reach the engine until it stops")
         return False
@@ -304,7 +334,10 @@ def point_at(ctx: Context, port: int) -> None:
     told on its admin socket."""
     write_files(ctx, config(ctx, active=port))
     if running(ctx):
-        serve_port(ctx.layout, ctx.spec.server.name, port)
+        try:
+            serve_port(ctx.layout, ctx.spec.server.name, port)
+        except AdminTimeout as exc:
+            raise not_answering(ctx, exc) from None
 
 
 def serve_restored(layout: Layout, name: str, deployment: Deployment) -> str:
@@ -330,13 +363,16 @@ def running(ctx: Context) -> bool:
 def describe(ctx: Context) -> dict:
     """For `status`: where the front door is, where it points, whether it is up."""
     found = {"url": public_url(ctx), "points_at": None, "up": False,
-             "metrics": f"http://{ctx.spec.front.metrics}/metrics" if ctx.spec.front.metrics else None}
+             "metrics": f"http://{ctx.spec.front.metrics}/metrics" if ctx.spec.front.metrics else None,
+             "problem": None}
     try:
         if not running(ctx):
-            return found
+            return {**found, "problem": "HAProxy does not run"}
         live = [srv["port"] for server, srv in servers(ctx.layout, ctx.spec.server.name).items()
                 if srv["up"] and server != HOLD]
-    except (OSError, Ds4Error):
-        return found
+    except AdminTimeout as exc:
+        return {**found, "problem": str(not_answering(ctx, exc))}
+    except (OSError, Ds4Error) as exc:
+        return {**found, "problem": f"HAProxy's admin socket: {exc}"}
     found.update(up=True, points_at=f"127.0.0.1:{live[0]}" if live else None)
     return found

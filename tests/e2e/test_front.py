@@ -184,6 +184,38 @@ def test_the_metrics_endpoint_answers_and_status_says_where_the_front_door_point
     assert f"front door  http://127.0.0.1:{fronted.front_port} → engine {status['front']['points_at']}" in text
 
 
+def test_a_stopped_haproxy_is_named_with_its_pid_its_admin_socket_and_the_bound(fronted):
+    """SIGSTOP: the process exists, its admin socket accepts and never answers. A switch failed after 16 s with
+    only "timed out", and status said HAProxy does not run (issue 41)."""
+    from ds4_converge.core.layout import Layout
+    from ds4_converge.service import front
+    from ds4_converge.service.supervisor import Supervisor
+
+    master = fronted.status()["front"]
+    assert master["up"] and master["problem"] is None, master
+    layout = Layout(fronted.root)
+    pids = [int(p) for p in subprocess.run(["pgrep", "-f", f"haproxy -W -db -f {fronted.root}/front/haproxy.cfg"],
+                                           capture_output=True, text=True).stdout.split()]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with pytest.raises(front.AdminTimeout, match=f"its admin socket {front.admin_socket(layout)} did not "
+                                                     f"answer within {front.ADMIN_TIMEOUT_S} s"):
+            front.servers(layout, "ds4")
+        assert time.monotonic() - started < front.ADMIN_TIMEOUT_S + 5
+        status = fronted.status()["front"]
+        supervised = Supervisor(layout).info(front.PROGRAM)["pid"]  # HAProxy's master, as supervisord knows it
+        assert not status["up"] and status["problem"].startswith(
+            f"HAProxy does not answer (pid {supervised}, stopped?): its admin socket"), status
+        text = fronted.cli("status", str(fronted.spec_path)).stdout
+        assert f"down (HAProxy does not answer (pid {supervised}, stopped?)" in text, text
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert fronted.status()["front"]["up"]
+
+
 def test_haproxy_that_dies_is_started_again_by_supervisord(fronted):
     pid = int(subprocess.run(["pgrep", "-f", f"haproxy -W -db -f {fronted.root}/front/haproxy.cfg"],
                              capture_output=True, text=True).stdout.split()[0])
