@@ -99,10 +99,12 @@ class Session:
         return CliError(INVALID, "invalid", f"{self.args.spec}: invalid spec", lines=[str(problem)],
                         problems=[problem.to_json()])
 
-    def lock(self, *, read_only: bool = False):
+    def lock(self, *, read_only: bool = False, stopping: bool = False):
+        """`stopping`: for `stop`, which must stop what runs even when a release under the root cannot be
+        trusted (it runs nothing from one)."""
         from ds4_converge.core.lock import RunLock
 
-        return _Lock(RunLock(self.ctx.layout.lock_file, read_only=read_only), self.ctx.layout)
+        return _Lock(RunLock(self.ctx.layout.lock_file, read_only=read_only), self.ctx.layout, stopping=stopping)
 
     # ------------------------------------------------------------------ what serves now
 
@@ -195,15 +197,15 @@ class _Lock:
     """RunLock whose `LockHeld` is a CliError (exit 3) naming the holder. It first makes sure the root can be
     trusted (core/root_trust.py): no link, no folder another user owns or can write, before its first write."""
 
-    def __init__(self, lock, layout):
-        self.lock, self.layout = lock, layout
+    def __init__(self, lock, layout, *, stopping: bool = False):
+        self.lock, self.layout, self.stopping = lock, layout, stopping
 
     def acquire(self):
         from ds4_converge.core import root_trust
         from ds4_converge.core.lock import LockHeld
 
         try:
-            root_trust.check(self.layout)
+            root_trust.check(self.layout, releases=not self.stopping)
         except root_trust.UntrustedRoot as exc:
             raise CliError(FAILED, "failed", f"preflight: {exc}") from None
         try:

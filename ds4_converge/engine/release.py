@@ -17,6 +17,7 @@ from pathlib import Path
 from ds4_converge.engine.builder import Builder, hand_over, take_back
 from ds4_converge.engine.git import EngineRepo
 from ds4_converge.core.crashpoints import crash_point
+from ds4_converge.core.root_trust import tree_problems
 from ds4_converge.engine_knowledge import BASE as BASE_VERSION
 from ds4_converge.engine_knowledge import EngineVersion, engine_version, for_version
 from ds4_converge.engine_knowledge import load as load_knowledge
@@ -247,6 +248,10 @@ def build(layout: Layout, repo: EngineRepo, request: BuildRequest, builder: Buil
             raise BuildFailed(f"the built ds4-server does not run: {exc}", log) from None
         if builder is not None:
             take_back(partial)
+        untrusted = tree_problems(partial)  # a build as root (or as this user) made its own modes
+        if untrusted:
+            raise BuildFailed("the built release cannot be trusted, nothing starts from it:\n  "
+                              + "\n  ".join(untrusted), log)
         built = True
         crash_point("build-made")
     except CommandFailed as exc:
