@@ -216,6 +216,38 @@ def test_a_stopped_haproxy_is_named_with_its_pid_its_admin_socket_and_the_bound(
     assert fronted.status()["front"]["up"]
 
 
+def test_a_switch_behind_a_stopped_haproxy_fails_naming_it_and_the_engine_keeps_serving(tmp_path, sim_repo):
+    """The switch used to fail after 16 s with only "service: timed out" (issue 41)."""
+    from ds4_converge.core.layout import Layout
+    from ds4_converge.service import front
+    from ds4_converge.service.supervisor import Supervisor
+
+    box = front_box(tmp_path / "root", sim_repo)
+    try:
+        rc, document = box.converge()
+        assert rc == 0, document["error"]
+        before = box.status()
+        layout = Layout(box.root)
+        master = Supervisor(layout).info(front.PROGRAM)["pid"]
+        pids = [int(p) for p in subprocess.run(["pgrep", "-f", f"haproxy -W -db -f {front.config_path(layout)}"],
+                                               capture_output=True, text=True).stdout.split()]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            rc, document = box.converge("--set", "server.env.DS4_SIM_TAG=switched")
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        assert rc == 1, document
+        assert (f"HAProxy does not answer (pid {master}, stopped?): its admin socket {front.admin_socket(layout)} "
+                f"did not answer within {front.ADMIN_TIMEOUT_S} s") in document["error"], document["error"]
+        after = box.status()
+        assert after["healthy"] and after["release"] == before["release"], after
+        assert ask(box, timeout=30).ok
+    finally:
+        box.stop()
+
+
 def test_haproxy_that_dies_is_started_again_by_supervisord(fronted):
     pid = int(subprocess.run(["pgrep", "-f", f"haproxy -W -db -f {fronted.root}/front/haproxy.cfg"],
                              capture_output=True, text=True).stdout.split()[0])
