@@ -15,10 +15,11 @@ from pathlib import Path
 
 from ds4_converge.core import bounded_file
 from ds4_converge.health.bench import BenchError, request_body, stream
+from ds4_converge.spec.model import WARMUP_BYTES_PER_TOKEN
 
-# A prompt longer than the context cannot be replayed: a token is about 4 bytes of text, a JSON body's escapes
-# and tools add some; a file beyond ctx x this many bytes is refused before it is read (a 3 GiB one was read whole)
-BYTES_PER_TOKEN = 32
+# A prompt longer than the context cannot be replayed: a file beyond ctx x this many bytes is refused before it is
+# read (a 3 GiB one was read whole)
+BYTES_PER_TOKEN = WARMUP_BYTES_PER_TOKEN
 
 
 class BadPrompt(Exception):

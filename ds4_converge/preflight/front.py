@@ -9,9 +9,8 @@ import stat
 from ds4_converge.core import bounded_file
 from ds4_converge.core.context import Context
 from ds4_converge.core.plan import Finding
+from ds4_converge.spec.model import MAX_KEYS_BYTES, MAX_PEM_BYTES
 
-MAX_KEYS_BYTES = 4 << 20  # some 50,000 keys of 64 characters; HAProxy loads the whole file into memory
-MAX_PEM_BYTES = 1 << 20  # a certificate chain is a few KiB
 PACKAGE = "haproxy"  # Debian and Ubuntu's package, which has the Prometheus exporter built in
 
 

@@ -44,6 +44,10 @@ DAY = 86400
 PROBE_FLOOR_S = 0.1
 WATCHDOG_FLOOR_S = 0.25
 COMPLETION_FLOOR_S = 1
+# Bounds of the files a spec names that the tool reads itself (preflight refuses a larger one, naming the field)
+WARMUP_BYTES_PER_TOKEN = 32  # a token is ~4 bytes of text; a JSON body's escapes and tools add some
+MAX_KEYS_BYTES = 4 << 20  # some 50,000 keys of 64 characters; HAProxy loads the whole file into memory
+MAX_PEM_BYTES = 1 << 20  # a certificate chain is a few KiB
 
 
 class Strict(BaseModel):
@@ -260,7 +264,8 @@ class Health(Strict):
     warmup: list[PathStr] = Field(
         default_factory=list, max_length=64, description="prompt files replayed once a new engine is healthy, so the first request "
                                           "finds their prefix in the KV cache (text: a system prompt; .json: a "
-                                          "request body with messages)")
+                                          "request body with messages); each a regular file of at most "
+                                          f"{WARMUP_BYTES_PER_TOKEN} bytes per token of server.ctx")
 
 
 class Paths(Strict):
@@ -350,8 +355,8 @@ class Listen(Strict):
 class Tls(Strict):
     """The front door's certificate and private key (PEM files; read by HAProxy where they are, never copied)."""
 
-    cert: PathStr = Field(description="PEM certificate (chain)")
-    key: PathStr = Field(description="PEM private key of the certificate")
+    cert: PathStr = Field(description=f"PEM certificate (chain), at most {MAX_PEM_BYTES >> 20} MiB")
+    key: PathStr = Field(description=f"PEM private key of the certificate, at most {MAX_PEM_BYTES >> 20} MiB")
 
 
 class Front(Strict):
@@ -362,8 +367,8 @@ class Front(Strict):
 
     host: SafeStr = Field("0.0.0.0", description="the public address (IPv4 literal; 0.0.0.0: every interface)")
     port: Int = Field(8000, ge=1, le=65535, description="the public port clients use")
-    keys: PathStr = Field(description="the API-key file: one key per line ('#' comments), mode 0600; read by "
-                                      "HAProxy where it is, never copied")
+    keys: PathStr = Field(description="the API-key file: one key per line ('#' comments), mode 0600, at most "
+                                      f"{MAX_KEYS_BYTES >> 20} MiB; read by HAProxy where it is, never copied")
     tls: Tls | None = Field(None, description="serve HTTPS with this certificate and key (default: plain HTTP)")
     hold_s: Int = Field(120, ge=1, le=3600, description="how long a request may be held while no good engine "
                                                         "listens (a switch, a restart); then 503")
