@@ -83,7 +83,7 @@ def read_only(layout: Layout) -> str | None:
 
 
 def tree_problems(tree: Path, shown: int = 5) -> list[str]:
-    """A built release, before anything starts from it: every entry owned by root or this user, no set-id bit,
+    """A built release, before anything starts from it: every entry owned by root or this user, no set-id file,
     nothing group or others may write (a Makefile run as root can `chmod 0777 .`). Links are looked at, never
     followed: a link's own mode means nothing."""
     found = []
@@ -99,9 +99,11 @@ def tree_problems(tree: Path, shown: int = 5) -> list[str]:
             if st.st_uid not in _trusted_uids():
                 found.append(f"{path} is owned by {_owner(st.st_uid)}, not by root or the user running "
                              f"ds4-converge")
-            elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH | stat.S_ISUID | stat.S_ISGID):
-                found.append(f"{path} can be written by others or runs with another's rights (mode "
-                             f"{stat.S_IMODE(st.st_mode):04o})")
+            elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                found.append(f"{path} can be written by others (mode {stat.S_IMODE(st.st_mode):04o})")
+            elif not stat.S_ISDIR(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                # a folder's set-group-id only passes its group on (inherited from a parent folder)
+                found.append(f"{path} runs with its owner's or group's rights (mode {stat.S_IMODE(st.st_mode):04o})")
     return found[:shown] + ([f"… and {len(found) - shown} more"] if len(found) > shown else [])
 
 

@@ -112,3 +112,18 @@ def test_a_release_that_makes_itself_writable_by_others_is_not_started_and_stop_
         assert box.status()["pid"] is None
     finally:
         release.chmod(0o755)
+
+
+def test_a_built_trees_modes_are_judged_without_following_links(tmp_path):
+    from ds4_converge.core.root_trust import tree_problems
+
+    tree = tmp_path / "release"
+    (tree / "obj").mkdir(parents=True)
+    (tree / "ds4-server").write_text("#!/bin/sh\n")
+    (tree / "obj").chmod(0o2755)  # a set-group-id folder only passes its group on: inherited, not a problem
+    (tree / "outside").symlink_to("/etc")  # a link's own mode means nothing, and it is not followed
+    assert tree_problems(tree) == []
+    (tree / "ds4-server").chmod(0o4755)
+    (tree / "obj").chmod(0o777)
+    assert tree_problems(tree) == [f"{tree / 'obj'} can be written by others (mode 0777)",
+                                   f"{tree / 'ds4-server'} runs with its owner's or group's rights (mode 4755)"]
