@@ -186,8 +186,12 @@ class Session:
             write_last_run(ctx.layout.logs, document)
 
     def last_run(self) -> dict | None:
-        try:
-            record = json.loads((self.ctx.layout.logs / LAST_RUN).read_text())
+        from ds4_converge.core import bounded_file
+        from ds4_converge.core.state import MAX_STATE_BYTES
+
+        try:  # bounded and never blocking like every record under the root: a bad one is no last run
+            record = bounded_file.load_json(bounded_file.read(self.ctx.layout.logs / LAST_RUN, MAX_STATE_BYTES,
+                                                              "a record"))
         except (OSError, ValueError, AttributeError):
             return None
         return record if isinstance(record, dict) and {"command", "ok", "finished_at"} <= set(record) else None

@@ -49,3 +49,18 @@ def test_a_special_or_oversized_file_is_refused_by_preflight_naming_its_field(bo
     document = json.loads(proc.stdout)
     assert proc.returncode == 1 and f"{field}: " in document["error"] and words in document["error"], document
     assert not box.root.exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "nested 2,000 deep"])
+def test_status_with_a_last_run_record_that_is_a_fifo_or_nested_deep_says_no_last_run(box, kind):
+    """The tool's own records are read the same way: a FIFO never blocks status, deep JSON is no internal error."""
+    from ds4_converge.cli.session import LAST_RUN
+
+    record = box.root / "logs" / LAST_RUN
+    record.parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(record, 0o600)
+    else:
+        record.write_text('{"command": ' + "[" * 2000 + "]" * 2000 + "}")
+    rc, status = box.json("status", str(box.spec_path))  # nothing serves here: exit 4
+    assert rc == 4 and status["aborted"] is None and status["last_run"] is None, status
