@@ -12,9 +12,13 @@ from ds4_converge.core.file_kind import kind_of
 from ds4_converge.units import human_bytes
 
 
-class FileRefused(ValueError):
+MAX_RECORD_BYTES = 8 << 20  # the tool's own JSON records under paths.root (caches, pins, intent) are a few KiB
+
+
+class FileRefused(OSError, ValueError):
     """Why a file is not read, in words after its path: "a FIFO, not a regular file", "3.0 GiB, more than …";
-    `too_large`: a regular file over the bound (else: not a regular file)."""
+    `too_large`: a regular file over the bound (else: not a regular file). An OSError and a ValueError both, so
+    that a reader that takes an unreadable or a malformed file for "none" takes this one so too."""
 
     def __init__(self, message: str, *, too_large: bool = False):
         super().__init__(message)
@@ -58,3 +62,8 @@ def load_json(data: bytes | str):
         return json.loads(data)
     except RecursionError:
         raise ValueError("nested too deep (thousands of levels): not a document this tool writes") from None
+
+
+def read_json(path: str | os.PathLike, limit: int = MAX_RECORD_BYTES, holds: str = "a record of ds4-converge"):
+    """A JSON document the tool wrote: read bounded and without blocking, parsed with the nesting bound."""
+    return load_json(read(path, limit, holds))

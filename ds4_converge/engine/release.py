@@ -25,6 +25,7 @@ from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.shell import CommandFailed, run, tail
 from ds4_converge.core.toolkit import Toolkit
 from ds4_converge.errors import Ds4Error
+from ds4_converge.core import bounded_file
 
 RECORD = "ds4-converge-release.json"
 MAKE_TIMEOUT_S = 3600
@@ -203,7 +204,7 @@ def load(layout: Layout, release_id: str) -> Release | None:
     if not record.exists() or not (path / "ds4-server").exists():
         return None
     try:
-        data = json.loads(record.read_text())
+        data = bounded_file.read_json(record)
         commit, ref = data["commit"], data["ref"]
         if data.get("format") == RECORD_FORMAT:
             values, version = data["options"], EngineVersion(data["engine"], data["engine_why"])
