@@ -1,7 +1,8 @@
-"""Reading a file a person names (a spec, `--facts`, `engine.installer`, `front.keys`, a `health.warmup` prompt): a regular file of bounded
-size, opened without blocking. A FIFO or a device is refused as what it is, never waited on (`open` on a FIFO
-blocks until a writer comes; reading `/dev/zero` never ends); a file larger than what its field can hold is refused
-before it is read, not read whole into memory."""
+"""Reading a file a person names (`--facts`, `engine.installer`, `front.keys`, a `health.warmup` prompt) or one of
+the tool's own records: a regular file of bounded size, opened without blocking. A FIFO or a device is refused as
+what it is, never waited on (`open` on a FIFO blocks until a writer comes; reading `/dev/zero` never ends); a file
+larger than what its field can hold is refused before it is read, not read whole into memory. (The spec has its
+own reader below this layer, `spec/loader.py`, with the same rule.)"""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,6 @@ import stat
 
 from ds4_converge.core.file_kind import kind_of
 from ds4_converge.units import human_bytes
-
 
 MAX_RECORD_BYTES = 8 << 20  # the tool's own JSON records under paths.root (caches, pins, intent) are a few KiB
 
