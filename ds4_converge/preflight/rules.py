@@ -14,7 +14,8 @@ change; a ``warning`` is printed and the run goes on; ``info`` says what was dec
 4b. :func:`speculation_findings` MTP drafts deeper than the exact verifier (warning);
    :func:`context_findings` a ctx above the model's trained context is YaRN extension (info)
 5. :func:`exposure_findings` a non-loopback host serves an API without authentication (warning);
-                             :func:`bind_findings` an address (server, front, metrics) no interface of this host has (error)
+                             :func:`bind_findings` an address no interface of this host has (server.host,
+                             front.host, front.metrics.host: error)
 6. :func:`path_findings`     ``~``/``$HOME``/``${VAR}`` expand on this host for the service user; unknown -> error
 7. :func:`port_findings`     the port held by a process that is not our engine (error, PID and command)
 8. :func:`disk_findings`     free disk for the build and downloads (the memory budget is checked by the

@@ -1,6 +1,7 @@
-"""Files a spec names that the tool reads (front.keys, health.warmup) or hands to HAProxy (front.tls): a FIFO or a device is refused as what
-it is, and a file larger than its field can hold is refused by preflight naming the field, before anything changes
-(a 3 GiB key file took half a minute; a 3 GiB warm-up file under a memory cap reverted a healthy release)."""
+"""Files a spec names that the tool reads (front.keys, health.warmup) or hands to HAProxy (front.tls): a FIFO or a
+device is refused as what it is, and a file larger than its field can hold is refused by preflight naming the field,
+before anything changes (a 3 GiB key file took half a minute; a 3 GiB warm-up file under a memory cap reverted a
+healthy release)."""
 import json
 import os
 
