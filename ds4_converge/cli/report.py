@@ -188,7 +188,7 @@ def status_lines(doc: dict) -> list[str]:
     front = doc.get("front")
     if front:
         where = (f"→ engine {front['points_at']}" if front["points_at"] else "→ no engine slot in service") \
-            if front["up"] else "down (HAProxy does not run)"
+            if front["up"] else f"down ({front.get('problem') or 'HAProxy does not run'})"
         rows.append(("front door", f"{front['url']} {where}"
                                    + (f"; metrics {front['metrics']}" if front["metrics"] else "")))
     rows.append(("root", doc["root"]))

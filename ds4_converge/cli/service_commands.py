@@ -198,7 +198,7 @@ def stop(args, session) -> int:
     ctx = session.context(user_may_be_gone=True)  # stopping must work after server.user was deleted
     stopped = False
     if ctx.layout.root.exists():
-        with session.lock().acquire():
+        with session.lock(stopping=True).acquire():
             stopped = stop_root(ctx)
     message = (f"stopped {ctx.spec.server.name} and its supervisord ({ctx.layout.root})" if stopped
                else f"nothing running under {ctx.layout.root}")

@@ -99,10 +99,12 @@ class Session:
         return CliError(INVALID, "invalid", f"{self.args.spec}: invalid spec", lines=[str(problem)],
                         problems=[problem.to_json()])
 
-    def lock(self, *, read_only: bool = False):
+    def lock(self, *, read_only: bool = False, stopping: bool = False):
+        """`stopping`: for `stop`, which must stop what runs even when a release under the root cannot be
+        trusted (it runs nothing from one)."""
         from ds4_converge.core.lock import RunLock
 
-        return _Lock(RunLock(self.ctx.layout.lock_file, read_only=read_only), self.ctx.layout)
+        return _Lock(RunLock(self.ctx.layout.lock_file, read_only=read_only), self.ctx.layout, stopping=stopping)
 
     # ------------------------------------------------------------------ what serves now
 
@@ -184,8 +186,12 @@ class Session:
             write_last_run(ctx.layout.logs, document)
 
     def last_run(self) -> dict | None:
-        try:
-            record = json.loads((self.ctx.layout.logs / LAST_RUN).read_text())
+        from ds4_converge.core import bounded_file
+        from ds4_converge.core.state import MAX_STATE_BYTES
+
+        try:  # bounded and never blocking like every record under the root: a bad one is no last run
+            record = bounded_file.load_json(bounded_file.read(self.ctx.layout.logs / LAST_RUN, MAX_STATE_BYTES,
+                                                              "a record"))
         except (OSError, ValueError, AttributeError):
             return None
         return record if isinstance(record, dict) and {"command", "ok", "finished_at"} <= set(record) else None
@@ -195,15 +201,15 @@ class _Lock:
     """RunLock whose `LockHeld` is a CliError (exit 3) naming the holder. It first makes sure the root can be
     trusted (core/root_trust.py): no link, no folder another user owns or can write, before its first write."""
 
-    def __init__(self, lock, layout):
-        self.lock, self.layout = lock, layout
+    def __init__(self, lock, layout, *, stopping: bool = False):
+        self.lock, self.layout, self.stopping = lock, layout, stopping
 
     def acquire(self):
         from ds4_converge.core import root_trust
         from ds4_converge.core.lock import LockHeld
 
         try:
-            root_trust.check(self.layout)
+            root_trust.check(self.layout, releases=not self.stopping)
         except root_trust.UntrustedRoot as exc:
             raise CliError(FAILED, "failed", f"preflight: {exc}") from None
         try:

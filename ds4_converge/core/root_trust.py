@@ -82,8 +82,35 @@ def read_only(layout: Layout) -> str | None:
             f"paths.root ({layout.root})") if readonly else None
 
 
-def problems(layout: Layout) -> list[str]:
-    """Every reason not to write under this root; nothing when the root does not exist yet (it is made 0755)."""
+def tree_problems(tree: Path, shown: int = 5) -> list[str]:
+    """A built release, before anything starts from it: every entry owned by root or this user, no set-id file,
+    nothing group or others may write (a Makefile run as root can `chmod 0777 .`). Links are looked at, never
+    followed: a link's own mode means nothing."""
+    found = []
+    for top, dirs, files in os.walk(tree):
+        for path in [Path(top)] * (top == str(tree)) + [Path(top, name) for name in dirs + files]:
+            try:
+                st = os.lstat(path)
+            except OSError as exc:
+                found.append(f"{path} cannot be examined: {exc.strerror}")
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            if st.st_uid not in _trusted_uids():
+                found.append(f"{path} is owned by {_owner(st.st_uid)}, not by root or the user running "
+                             f"ds4-converge")
+            elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                found.append(f"{path} can be written by others (mode {stat.S_IMODE(st.st_mode):04o})")
+            elif not stat.S_ISDIR(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                # a folder's set-group-id only passes its group on (inherited from a parent folder)
+                found.append(f"{path} runs with its owner's or group's rights (mode {stat.S_IMODE(st.st_mode):04o})")
+    return found[:shown] + ([f"… and {len(found) - shown} more"] if len(found) > shown else [])
+
+
+def problems(layout: Layout, *, releases: bool = True) -> list[str]:
+    """Every reason not to write under this root; nothing when the root does not exist yet (it is made 0755).
+    `releases=False` (for `stop`, which neither reads nor runs anything in a release) leaves out what is inside
+    releases/: an untrustworthy release must never keep a stop from stopping what runs."""
     root = layout.root
     if read_only(layout):
         return [read_only(layout)]
@@ -104,13 +131,13 @@ def problems(layout: Layout) -> list[str]:
         if problem:
             found.append(problem)
     for folder in folders:  # what the tool writes, reads or runs in each: its logs, program files, releases …
-        if not os.path.islink(folder):
+        if not os.path.islink(folder) and (releases or folder != layout.releases):
             found += [p for p in map(_entry_problem, _children(folder)) if p]
     return found
 
 
-def check(layout: Layout) -> None:
+def check(layout: Layout, *, releases: bool = True) -> None:
     """Raise UntrustedRoot naming every problem, before anything under the root is written."""
-    found = problems(layout)
+    found = problems(layout, releases=releases)
     if found:
         raise UntrustedRoot("paths.root cannot be trusted, nothing was changed:\n  " + "\n  ".join(found))

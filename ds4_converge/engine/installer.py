@@ -6,12 +6,11 @@ and engine.ref, because it reaches the same git command lines.
 """
 from __future__ import annotations
 
-import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from ds4_converge.core import bounded_file
 from ds4_converge.errors import Ds4Error
 from ds4_converge.spec.values import check_ref, check_repo
 
@@ -70,17 +69,10 @@ def _fetch(url: str, timeout: float) -> str:
 
 def _read(path: Path) -> str:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        data = bounded_file.read(path, MAX_INSTALLER_BYTES, "an install.sh")
+    except bounded_file.FileRefused as exc:
+        raise InstallerError(f"{path}: larger than {MAX_INSTALLER_BYTES // 1024} KiB: not an install.sh"
+                             if exc.too_large else f"{path}: {exc}: cannot be an install.sh") from None
     except OSError as exc:
         raise InstallerError(f"{path}: cannot read installer: {exc.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InstallerError(f"{path}: not a regular file: cannot be an install.sh")
-        data = os.read(fd, MAX_INSTALLER_BYTES + 1)
-    except OSError as exc:
-        raise InstallerError(f"{path}: cannot read installer: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_INSTALLER_BYTES:
-        raise InstallerError(f"{path}: larger than {MAX_INSTALLER_BYTES // 1024} KiB: not an install.sh")
     return data.decode("utf-8", errors="replace")

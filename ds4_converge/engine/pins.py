@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from ds4_converge.core.layout import write_atomic
+from ds4_converge.core import bounded_file
 
 _FORMAT_VERSION = 1
 
@@ -47,7 +48,7 @@ class PinCache:
     def _load(self) -> dict[str, str]:
         if self._tags is None:
             try:
-                data = json.loads(self.path.read_text())
+                data = bounded_file.read_json(self.path)
                 tags = data["tags"] if data.get("version") == _FORMAT_VERSION else {}
                 self._tags = {k: v for k, v in tags.items() if isinstance(k, str) and isinstance(v, str)}
             except (OSError, ValueError, KeyError, TypeError, AttributeError):

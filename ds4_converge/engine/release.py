@@ -17,6 +17,7 @@ from pathlib import Path
 from ds4_converge.engine.builder import Builder, hand_over, take_back
 from ds4_converge.engine.git import EngineRepo
 from ds4_converge.core.crashpoints import crash_point
+from ds4_converge.core.root_trust import tree_problems
 from ds4_converge.engine_knowledge import BASE as BASE_VERSION
 from ds4_converge.engine_knowledge import EngineVersion, engine_version, for_version
 from ds4_converge.engine_knowledge import load as load_knowledge
@@ -24,6 +25,7 @@ from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.shell import CommandFailed, run, tail
 from ds4_converge.core.toolkit import Toolkit
 from ds4_converge.errors import Ds4Error
+from ds4_converge.core import bounded_file
 
 RECORD = "ds4-converge-release.json"
 MAKE_TIMEOUT_S = 3600
@@ -202,7 +204,7 @@ def load(layout: Layout, release_id: str) -> Release | None:
     if not record.exists() or not (path / "ds4-server").exists():
         return None
     try:
-        data = json.loads(record.read_text())
+        data = bounded_file.read_json(record)
         commit, ref = data["commit"], data["ref"]
         if data.get("format") == RECORD_FORMAT:
             values, version = data["options"], EngineVersion(data["engine"], data["engine_why"])
@@ -247,6 +249,10 @@ def build(layout: Layout, repo: EngineRepo, request: BuildRequest, builder: Buil
             raise BuildFailed(f"the built ds4-server does not run: {exc}", log) from None
         if builder is not None:
             take_back(partial)
+        untrusted = tree_problems(partial)  # a build as root (or as this user) made its own modes
+        if untrusted:
+            raise BuildFailed("the built release cannot be trusted, nothing starts from it:\n  "
+                              + "\n  ".join(untrusted), log)
         built = True
         crash_point("build-made")
     except CommandFailed as exc:

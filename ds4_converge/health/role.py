@@ -221,6 +221,6 @@ def warm_up(ctx: Context) -> list[str]:
         return []
     ctx.say(f"warming the KV cache with {len(paths)} prompt(s)")
     try:
-        return [w.describe() for w in warmup.replay(ctx.endpoint, paths)]
+        return [w.describe() for w in warmup.replay(ctx.endpoint, paths, ctx.spec.server.ctx)]
     except warmup.BadPrompt as exc:
         return [f"warm-up not done: {exc}"]

@@ -10,11 +10,16 @@ with `messages` (and `tools`, …) sent as given.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ds4_converge.core import bounded_file
 from ds4_converge.health.bench import BenchError, request_body, stream
+from ds4_converge.spec.model import WARMUP_BYTES_PER_TOKEN
+
+# A prompt longer than the context cannot be replayed: a file beyond ctx x this many bytes is refused before it is
+# read (a 3 GiB one was read whole)
+BYTES_PER_TOKEN = WARMUP_BYTES_PER_TOKEN
 
 
 class BadPrompt(Exception):
@@ -34,15 +39,28 @@ class Warmed:
                 f"{self.ttft_warm_s:.2f} s warm")
 
 
-def load(path: Path) -> dict:
+def bound(ctx_tokens: int) -> int:
+    """The largest warm-up file, in bytes, for an engine of `ctx_tokens` context (server.ctx)."""
+    return ctx_tokens * BYTES_PER_TOKEN
+
+
+def _holds(ctx_tokens: int) -> str:
+    return f"a warm-up prompt for server.ctx {ctx_tokens}"
+
+
+def load(path: Path, ctx_tokens: int) -> dict:
     """The request body to replay (streamed, thinking off, one token)."""
     try:
-        text = path.read_text()
+        text = bounded_file.read(path, bound(ctx_tokens), _holds(ctx_tokens)).decode()
+    except bounded_file.FileRefused as exc:
+        raise BadPrompt(f"{path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise BadPrompt(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise BadPrompt(f"{path}: cannot read warm-up prompt: {exc.strerror}") from None
     if path.suffix == ".json":
         try:
-            body = json.loads(text)
+            body = bounded_file.load_json(text)
         except ValueError as exc:
             raise BadPrompt(f"{path}: not JSON: {exc}") from None
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
@@ -51,15 +69,26 @@ def load(path: Path) -> dict:
     return request_body([{"role": "system", "content": text}, {"role": "user", "content": "Hello"}], 1)
 
 
-def missing(paths: list[Path]) -> list[str]:
-    """Problems to report before anything is stopped: a warm-up file that is not there."""
-    return [f"health.warmup: {p}: no such file" for p in paths if not p.is_file()]
+def problems(paths: dict[str, Path], ctx_tokens: int) -> list[str]:
+    """Before anything is stopped: a warm-up file that is not there, is no regular file, or is larger than the
+    context allows, by its field (`health.warmup[0]`)."""
+    out = []
+    for field, path in paths.items():
+        try:
+            bounded_file.check(path, bound(ctx_tokens), _holds(ctx_tokens))
+        except FileNotFoundError:
+            out.append(f"{field}: {path}: no such file")
+        except bounded_file.FileRefused as exc:
+            out.append(f"{field}: {path}: {exc}")
+        except OSError as exc:
+            out.append(f"{field}: {path}: {exc.strerror or exc}")
+    return out
 
 
-def replay(endpoint: str, paths: list[Path], timeout: float = 600) -> list[Warmed]:
+def replay(endpoint: str, paths: list[Path], ctx_tokens: int, timeout: float = 600) -> list[Warmed]:
     done = []
     for path in paths:
-        body = load(path)
+        body = load(path, ctx_tokens)
         try:
             cold = stream(endpoint, body, timeout)
             warm = stream(endpoint, body, timeout)

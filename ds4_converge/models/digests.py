@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ds4_converge.errors import Ds4Error
+from ds4_converge.core import bounded_file
 
 HASH_CHUNK = 8 * 1024 * 1024
 _FORMAT_VERSION = 1
@@ -109,7 +110,7 @@ class DigestCache:
 
 def _read_entries(path: Path) -> dict[str, dict]:
     try:
-        data = json.loads(path.read_text())
+        data = bounded_file.read_json(path)
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict) or data.get("version") != _FORMAT_VERSION:

@@ -7,12 +7,12 @@ repository) is read on this host, and the plan says so.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from ds4_converge.core import bounded_file
 from ds4_converge.errors import Ds4Error
 from ds4_converge.facts import HostFacts
 
@@ -41,25 +41,27 @@ class Captured:
 def load(path: Path) -> Captured:
     """The `ds4-converge facts --json` document in `path` (or its `facts` object alone)."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_BYTES + 1)
+        data = bounded_file.read(path, MAX_BYTES, "a facts document")
+    except bounded_file.FileRefused as exc:
+        raise NotFacts(f"--facts {path}: {exc}: not a facts document") from None
     except OSError as exc:
         raise NotFacts(f"--facts {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_BYTES:
-        raise NotFacts(f"--facts {path}: larger than {MAX_BYTES >> 20} MiB: not a facts document")
     try:
-        document = json.loads(data)
+        document = bounded_file.load_json(data)
     except ValueError as exc:
         raise NotFacts(f"--facts {path}: not JSON ({exc})") from None
     if not isinstance(document, dict):
         raise NotFacts(f"--facts {path}: not a facts document (write one with `ds4-converge facts SPEC --json`)")
     facts = document.get("facts") if document.get("command") == "facts" else document
+    said = {key: document.get(key) for key in ("hostname", "captured_at", "spec")}
+    if any(value is not None and not isinstance(value, str) for value in said.values()):
+        raise NotFacts(f"--facts {path}: not a facts document: hostname, captured_at and spec are strings")
     try:
         host = HostFacts.model_validate(facts)
     except ValidationError as exc:
         raise NotFacts(f"--facts {path}: not host facts of this version of ds4-converge (write them with "
                        f"`ds4-converge facts SPEC --json` on the target): {_problems(exc)}") from None
-    return Captured(host, Path(path), document.get("hostname"), document.get("captured_at"), document.get("spec"))
+    return Captured(host, Path(path), **said)
 
 
 def _problems(exc: ValidationError, shown: int = 3) -> str:

@@ -21,10 +21,10 @@ import hashlib
 import json
 import os
 import socket
-import stat
 import time
 from pathlib import Path
 
+from ds4_converge.core import bounded_file
 from ds4_converge.core.shell import CALLER_MAKE_ENV
 from ds4_converge.service.processes import start_time
 
@@ -60,11 +60,12 @@ def inputs(spec: Path, arguments: list[str]) -> dict:
 
     Raises OSError for a spec that is not a small regular file (a FIFO would block the read): the full path
     refuses it properly."""
-    st = os.stat(spec)
-    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SPEC_READ:
-        raise OSError(f"{spec}: not a regular file of at most {MAX_SPEC_READ} bytes")
+    try:
+        text = bounded_file.read(spec, MAX_SPEC_READ, "a spec")  # one open: no FIFO swapped in after a stat
+    except bounded_file.FileRefused as exc:
+        raise OSError(f"{spec}: {exc}") from None
     env = sorted((k, v) for k, v in os.environ.items() if k not in VOLATILE_ENV)
-    return {"format": FORMAT, "spec": _sha256(Path(spec).read_bytes()), "arguments": arguments, "uid": os.getuid(),
+    return {"format": FORMAT, "spec": _sha256(text), "arguments": arguments, "uid": os.getuid(),
             "env": _sha256(json.dumps(env).encode()), "tool": tool_fingerprint()}
 
 

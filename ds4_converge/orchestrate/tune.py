@@ -21,7 +21,7 @@ from ds4_converge.orchestrate.reconciler import Outcome, converge
 from ds4_converge.core.state import State
 from ds4_converge.health.bench import BenchError, BenchOptions, bench, headline
 from ds4_converge.health.probe import NotReady, Unhealthy
-from ds4_converge.spec.loader import LoadedSpec, SpecInvalid, load_spec
+from ds4_converge.spec.loader import LoadedSpec, SpecInvalid, load_spec, read_spec_text
 from ds4_converge.spec.model import Spec
 
 TUNE_BENCH = BenchOptions(prompt_tokens=(512,), concurrency=1, reps=3, gen_tokens=128)
@@ -191,7 +191,7 @@ def write_setting(path: Path, candidate: Candidate) -> str:
     yaml = YAML()  # round-trip mode
     yaml.preserve_quotes = True
     yaml.width = 4096  # never re-wrap a long line
-    data = yaml.load(path.read_text())
+    data = yaml.load(read_spec_text(path))  # bounded, and never a FIFO
     server = data.get("server")
     if server is None:
         server = data["server"] = CommentedMap()

@@ -6,8 +6,10 @@ import os
 import shutil
 import stat
 
+from ds4_converge.core import bounded_file
 from ds4_converge.core.context import Context
 from ds4_converge.core.plan import Finding
+from ds4_converge.spec.model import MAX_KEYS_BYTES, MAX_PEM_BYTES
 
 PACKAGE = "haproxy"  # Debian and Ubuntu's package, which has the Prometheus exporter built in
 
@@ -24,8 +26,12 @@ def findings(ctx: Context) -> list[Finding]:
     if front.tls:
         for field in ("cert", "key"):
             path = ctx.host_path(getattr(front.tls, field))
-            if not path.is_file():
-                out.append(Finding("error", f"front.tls.{field}: {path} is not a file"))
+            try:
+                bounded_file.check(path, MAX_PEM_BYTES, "a PEM file")
+            except bounded_file.FileRefused as exc:
+                out.append(Finding("error", f"front.tls.{field}: {path} is {exc}"))
+            except OSError as exc:
+                out.append(Finding("error", f"front.tls.{field}: {path}: {exc.strerror or exc}"))
     ports = [("front.port", front.port)] + ([("front.metrics.port", front.metrics.port)] if front.metrics else [])
     for field, port in ports:
         out += _held(ctx, field, port)
@@ -39,13 +45,16 @@ def _key_file(ctx: Context) -> list[Finding]:
     except OSError as exc:
         return [Finding("error", f"front.keys: {path}: {exc.strerror}",
                         fix=f"write one API key per line into {path}, then chmod 600 {path}")]
-    if not stat.S_ISREG(st.st_mode):
-        return [Finding("error", f"front.keys: {path} is not a regular file")]
-    if st.st_mode & 0o077:
+    if st.st_mode & 0o077 and stat.S_ISREG(st.st_mode):
         return [Finding("error", f"front.keys: {path} is readable by others (mode {stat.S_IMODE(st.st_mode):04o}): "
                                  f"API keys must be private", fix=f"chmod 600 {path}")]
-    if not any(line.strip() and not line.lstrip().startswith("#")
-               for line in path.read_text(errors="replace").splitlines()):
+    try:
+        text = bounded_file.read(path, MAX_KEYS_BYTES, "a key file").decode(errors="replace")
+    except bounded_file.FileRefused as exc:
+        return [Finding("error", f"front.keys: {path} is {exc}")]
+    except OSError as exc:
+        return [Finding("error", f"front.keys: {path}: {exc.strerror}")]
+    if not any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines()):
         return [Finding("error", f"front.keys: {path} holds no key (one per line)")]
     return []
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ds4_converge.core import root_trust
 from ds4_converge.core.context import Context
 from ds4_converge.core.plan import Finding, RolePlan
-from ds4_converge.health.warmup import missing as missing_warmup
+from ds4_converge.health import warmup
 from ds4_converge.models.placement import placements
 from ds4_converge.preflight import front, rules
 from ds4_converge.preflight.host_paths import service_identity, writable_dir_findings
@@ -50,8 +50,8 @@ def plan(ctx: Context) -> RolePlan:
     if kv_dir and not ctx.facts_elsewhere:  # a path on this host, not on the host the facts were captured on
         findings += writable_dir_findings("server.kv_disk_dir", kv_dir,
                                           *service_identity(host.service_user, host.service_passwd))
-    findings += [Finding("error", problem) for problem in
-                 missing_warmup([path for field, path in paths.items() if field.startswith("health.warmup[")])]
+    findings += [Finding("error", problem) for problem in warmup.problems(
+        {field: path for field, path in paths.items() if field.startswith("health.warmup[")}, spec.server.ctx)]
     findings += front.findings(ctx)
     errors = sum(f.level == "error" for f in findings)
     warnings = sum(f.level == "warning" for f in findings)

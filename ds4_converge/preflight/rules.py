@@ -14,7 +14,8 @@ change; a ``warning`` is printed and the run goes on; ``info`` says what was dec
 4b. :func:`speculation_findings` MTP drafts deeper than the exact verifier (warning);
    :func:`context_findings` a ctx above the model's trained context is YaRN extension (info)
 5. :func:`exposure_findings` a non-loopback host serves an API without authentication (warning);
-                             :func:`bind_findings` an address no interface of this host has (error)
+                             :func:`bind_findings` an address no interface of this host has (server.host,
+                             front.host, front.metrics.host: error)
 6. :func:`path_findings`     ``~``/``$HOME``/``${VAR}`` expand on this host for the service user; unknown -> error
 7. :func:`port_findings`     the port held by a process that is not our engine (error, PID and command)
 8. :func:`disk_findings`     free disk for the build and downloads (the memory budget is checked by the
@@ -273,15 +274,23 @@ def exposure_findings(spec: Spec) -> list[Finding]:
 
 
 def bind_findings(spec: Spec, facts: HostFacts) -> list[Finding]:
-    """server.host must be an address of this host (or any, or loopback): the engine cannot bind another one, and
-    would only log it while the probe waits out its deadline."""
-    host = spec.server.host
-    if is_loopback(host) or host == "0.0.0.0" or facts.addresses is None or host in facts.addresses:
-        return []
-    mine = [a for a in facts.addresses if ":" not in a]
-    return [Finding("error", f"server.host {host}: no interface of this host has this address (it has "
-                             f"{', '.join(mine) or 'no IPv4 address'}): ds4-server could not bind it",
-                    fix="bind 127.0.0.1, 0.0.0.0 (every interface) or one of this host's addresses")]
+    """server.host, front.host and front.metrics.host must each be an address of this host (or any, or loopback):
+    another cannot be bound; the engine would only log it while the probe waits out its deadline, and HAProxy's
+    reload would fail while the old front door went on serving."""
+    binds = [("server.host", spec.server.host, "ds4-server")]
+    if spec.front is not None:
+        binds.append(("front.host", spec.front.host, "HAProxy"))
+        if spec.front.metrics is not None:
+            binds.append(("front.metrics.host", spec.front.metrics.host, "HAProxy"))
+    out = []
+    for field, host, who in binds:
+        if is_loopback(host) or host == "0.0.0.0" or facts.addresses is None or host in facts.addresses:
+            continue
+        mine = [a for a in facts.addresses if ":" not in a]
+        out.append(Finding("error", f"{field} {host}: no interface of this host has this address (it has "
+                                    f"{', '.join(mine) or 'no IPv4 address'}): {who} could not bind it",
+                           fix="bind 127.0.0.1, 0.0.0.0 (every interface) or one of this host's addresses"))
+    return out
 
 
 # ------------------------------------------------------------------------------------------ rule 6: paths

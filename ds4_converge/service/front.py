@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -25,6 +29,7 @@ from ds4_converge.errors import Ds4Error
 
 PROGRAM = "ds4c.front"  # a name server.name cannot take (it allows no '.')
 ADMIN_TIMEOUT_S = 5
+RELOAD_BOUND_S = 20  # HAProxy says "Loading success." or "Loading failure!" within a second or two of USR2
 # OpenAI's shape, so that its clients show the reason
 UNAUTHORIZED = {"error": {"message": "Incorrect or missing API key: send Authorization: Bearer KEY with a key "
                                      "of this endpoint.", "type": "invalid_request_error", "param": None,
@@ -85,6 +90,10 @@ def tls_path(layout: Layout) -> Path:
     return directory(layout) / "tls.pem"
 
 
+def executable() -> str:
+    return shutil.which("haproxy") or "haproxy"
+
+
 def haproxy_argv(layout: Layout, haproxy: str) -> list[str]:
     """Master-worker in the foreground: supervisord watches it, a changed config is a graceful reload (USR2)."""
     return [haproxy, "-W", "-db", "-f", str(config_path(layout))]
@@ -138,19 +147,129 @@ def write_files(ctx: Context, text: str) -> None:
     write_atomic(config_path(layout), text, mode=0o600)
 
 
+@dataclass(frozen=True)
+class Files:
+    """What write_files changes, as it was: the config's text and where the certificate links pointed."""
+
+    config: str | None
+    links: dict[Path, str | None]
+
+
+def saved_files(layout: Layout) -> Files:
+    link = tls_path(layout)
+    links = {}
+    for path in (link, link.with_name(link.name + ".key")):
+        try:
+            links[path] = os.readlink(path)
+        except OSError:
+            links[path] = None
+    try:
+        config_text = config_path(layout).read_text()
+    except OSError:
+        config_text = None
+    return Files(config_text, links)
+
+
+def restore_files(layout: Layout, files: Files) -> None:
+    for path, target in files.links.items():
+        path.unlink(missing_ok=True)
+        if target is not None:
+            os.symlink(target, path)
+    if files.config is not None:
+        write_atomic(config_path(layout), files.config, mode=0o600)
+
+
+def reload(layout: Layout, supervisor, haproxy: str) -> None:
+    """The running HAProxy loads its config anew (USR2: in-flight requests finish on the old worker). HAProxy
+    checks the config first (`-c`); then the master's own words in its log tell whether the new worker took over:
+    after "Loading failure!" (an address it cannot bind, say) the old worker goes on serving the old config, and
+    the caller puts the old files back. Raises FrontError naming what HAProxy said."""
+    try:
+        check = subprocess.run([haproxy, "-c", "-q", "-f", str(config_path(layout))], capture_output=True,
+                               text=True, errors="replace", timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise FrontError(f"cannot check HAProxy's new config: {exc}") from None
+    if check.returncode != 0:
+        said = _alerts(check.stdout + check.stderr) or f"haproxy -c exited {check.returncode}"
+        raise FrontError(f"HAProxy refuses the new config ({said})")
+    log = layout.logs / "front.log"
+    offset = _size(log)
+    supervisor.signal(PROGRAM, "USR2")
+    deadline = time.monotonic() + RELOAD_BOUND_S
+    while time.monotonic() < deadline:
+        said = _read_from(log, offset)
+        if "Loading success." in said:
+            return
+        if "Loading failure!" in said:
+            raise FrontError(f"HAProxy's reload failed, its old worker serves on ({_alerts(said) or log})")
+        time.sleep(0.1)
+    raise FrontError(f"HAProxy did not say within {RELOAD_BOUND_S} s whether its reload succeeded ({log})")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _read_from(path: Path, offset: int) -> str:
+    """What the log gained since `offset` (from its start when it was rotated meanwhile)."""
+    try:
+        with open(path, "rb") as handle:
+            if os.fstat(handle.fileno()).st_size >= offset:
+                handle.seek(offset)
+            return handle.read(1 << 20).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _alerts(text: str) -> str:
+    """HAProxy's [ALERT] lines, without their prefix: what it could not do."""
+    lines = [line.split(":", 1)[1].strip() if ":" in line else line.strip()
+             for line in text.splitlines() if "[ALERT]" in line]
+    return "; ".join(lines)[:600]
+
+
 # ------------------------------------------------------------------------------------------ the admin socket
 
 
+class AdminTimeout(FrontError):
+    """HAProxy's admin socket accepted the connection and said nothing within the bound: a HAProxy that is
+    stopped (SIGSTOP) or hung; its process still exists."""
+
+
 def admin(layout: Layout, command: str) -> str:
-    """One command on HAProxy's admin socket (bounded); its answer."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(ADMIN_TIMEOUT_S)
-        sock.connect(str(admin_socket(layout)))
-        sock.sendall(command.encode() + b"\n")
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
+    """One command on HAProxy's admin socket, its answer; the whole exchange is bounded by ADMIN_TIMEOUT_S."""
+    path = admin_socket(layout)
+    deadline = time.monotonic() + ADMIN_TIMEOUT_S
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(ADMIN_TIMEOUT_S)
+            sock.connect(str(path))
+            sock.sendall(command.encode() + b"\n")
+            chunks = []
+            while True:
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                if not (chunk := sock.recv(65536)):
+                    break
+                chunks.append(chunk)
+    except TimeoutError:
+        raise AdminTimeout(f"its admin socket {path} did not answer within {ADMIN_TIMEOUT_S} s") from None
     return b"".join(chunks).decode(errors="replace")
+
+
+def not_answering(ctx: Context, exc: AdminTimeout) -> FrontError:
+    """The error for a HAProxy that exists but does not answer, with its pid (supervisord's word for it)."""
+    return FrontError(f"HAProxy does not answer ({_pid_words(ctx)}, stopped?): {exc}")
+
+
+def _pid_words(ctx: Context) -> str:
+    try:
+        info = ctx.supervisor.info(PROGRAM)
+    except (OSError, Ds4Error):
+        info = None
+    return f"pid {info['pid']}" if info and info.get("pid") else "pid unknown"
 
 
 def servers(layout: Layout, name: str) -> dict[str, dict]:
@@ -200,6 +319,10 @@ def hold(ctx: Context) -> bool:
         return False
     try:
         _serve(ctx.layout, ctx.spec.server.name, HOLD)
+    except AdminTimeout as exc:
+        ctx.say(f"front door: could not hold new requests ({not_answering(ctx, exc)}); they reach the engine "
+                f"until it stops")
+        return False
     except (OSError, FrontError) as exc:
         ctx.say(f"front door: could not hold new requests ({exc}); they reach the engine until it stops")
         return False
@@ -211,7 +334,10 @@ def point_at(ctx: Context, port: int) -> None:
     told on its admin socket."""
     write_files(ctx, config(ctx, active=port))
     if running(ctx):
-        serve_port(ctx.layout, ctx.spec.server.name, port)
+        try:
+            serve_port(ctx.layout, ctx.spec.server.name, port)
+        except AdminTimeout as exc:
+            raise not_answering(ctx, exc) from None
 
 
 def serve_restored(layout: Layout, name: str, deployment: Deployment) -> str:
@@ -237,13 +363,16 @@ def running(ctx: Context) -> bool:
 def describe(ctx: Context) -> dict:
     """For `status`: where the front door is, where it points, whether it is up."""
     found = {"url": public_url(ctx), "points_at": None, "up": False,
-             "metrics": f"http://{ctx.spec.front.metrics}/metrics" if ctx.spec.front.metrics else None}
+             "metrics": f"http://{ctx.spec.front.metrics}/metrics" if ctx.spec.front.metrics else None,
+             "problem": None}
     try:
         if not running(ctx):
-            return found
+            return {**found, "problem": "HAProxy does not run"}
         live = [srv["port"] for server, srv in servers(ctx.layout, ctx.spec.server.name).items()
                 if srv["up"] and server != HOLD]
-    except (OSError, Ds4Error):
-        return found
+    except AdminTimeout as exc:
+        return {**found, "problem": str(not_answering(ctx, exc))}
+    except (OSError, Ds4Error) as exc:
+        return {**found, "problem": f"HAProxy's admin socket: {exc}"}
     found.update(up=True, points_at=f"127.0.0.1:{live[0]}" if live else None)
     return found

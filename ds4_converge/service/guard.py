@@ -28,6 +28,7 @@ from ds4_converge.core.lock import LockHeld, RunLock
 from ds4_converge.core.state import Deployment, State, StateUnreadable
 from ds4_converge.service import processes, secrets
 from ds4_converge.service.supervisor import Supervisor
+from ds4_converge.core import bounded_file
 
 POLL_S = 0.25
 
@@ -55,7 +56,7 @@ def disarm(layout: Layout) -> None:
 
 def read_intent(layout: Layout) -> dict | None:
     try:
-        intent = json.loads(intent_path(layout).read_text())
+        intent = bounded_file.read_json(intent_path(layout))
         if isinstance(intent, dict) and isinstance(intent.get("pid"), int) and isinstance(intent.get("name"), str):
             return intent
     except (OSError, ValueError):

@@ -17,6 +17,7 @@ from pathlib import Path
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.errors import Ds4Error
 from ds4_converge.service.supervisor import IGNORES_FIRST_TERM, guard_argv, watchdog_argv
+from ds4_converge.core import bounded_file
 
 # configparser (as supervisor sets it up) starts an inline comment at ';' or '#' after whitespace
 INLINE_COMMENT = re.compile(r"(?<=\s)(?=[;#])")
@@ -101,7 +102,7 @@ class RenderCache:
     def _load(self) -> dict[str, str]:
         if self._texts is None:
             try:
-                data = json.loads(self.path.read_text())
+                data = bounded_file.read_json(self.path)
                 texts = data["texts"] if data.get("version") == self.VERSION else {}
                 self._texts = {k: v for k, v in texts.items() if isinstance(k, str) and isinstance(v, str)}
             except (OSError, ValueError, KeyError, TypeError, AttributeError):

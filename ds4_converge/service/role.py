@@ -112,7 +112,7 @@ def plan(ctx: Context) -> RolePlan:
     name, layout, supervisor = ctx.spec.server.name, ctx.layout, ctx.supervisor
     changes: list[Change] = []
     notes: list[Finding] = []
-    haproxy = (shutil.which("haproxy") or "haproxy") if front.enabled(ctx) else None
+    haproxy = front.executable() if front.enabled(ctx) else None
     try:
         main_conf = render.supervisord_conf(layout, front=front.haproxy_argv(layout, haproxy) if haproxy else None,
                                             cache=ctx.renders)
@@ -302,11 +302,18 @@ def _write_config(ctx: Context, *, path: Path, text: str, before: str | None = N
 
 def _write_front(ctx: Context, *, text: str) -> str:
     """HAProxy's config (and the files it names); a running HAProxy reloads it gracefully (in-flight requests
-    finish on the old worker)."""
+    finish on the old worker). A reload that fails fails the run, with the old files back: the old worker never
+    stopped serving them."""
     ctx.layout.ensure()
+    saved = front.saved_files(ctx.layout)
     front.write_files(ctx, text)
     if front.running(ctx):
-        ctx.supervisor.signal(front.PROGRAM, "USR2")
+        try:
+            front.reload(ctx.layout, ctx.supervisor, front.executable())
+        except front.FrontError as exc:
+            front.restore_files(ctx.layout, saved)
+            raise RoleFailed(f"front: {exc}; the front door's config was put back and HAProxy serves as it did",
+                             _log_tail(ctx.layout.logs / "front.log")) from None
         return "front door config updated (HAProxy reloaded)"
     return "front door config written"
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.service.render import UnsafeValue
 from ds4_converge.spec.values import SECRET_NAME, secret_value_problem
+from ds4_converge.core import bounded_file
 
 _PLACEHOLDER = re.compile(r"@ds4c-secret-[0-9a-f]{32}@")
 _known: dict[str, str] = {}  # placeholder -> value, learned from the spec by this run
@@ -57,7 +58,7 @@ def _store(layout: Layout) -> Path:
 
 def _stored(layout: Layout) -> dict[str, str]:
     try:
-        data = json.loads(_store(layout).read_text())
+        data = bounded_file.read_json(_store(layout))
     except (OSError, ValueError):
         return {}
     return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(data, dict) else {}

@@ -5,7 +5,6 @@ and `${VAR}` are expanded later, on the target host, for the service user (see `
 """
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
@@ -41,6 +40,14 @@ PathStr = Annotated[SafeStr, AfterValidator(values.not_empty), AfterValidator(va
 Int = Annotated[int, BeforeValidator(_integer)]
 Seconds = Annotated[float, BeforeValidator(_number), Field(allow_inf_nan=False)]
 DAY = 86400
+# Floors of the intervals: a check every millisecond costs a core (the watchdog's, and the engine's answering it)
+PROBE_FLOOR_S = 0.1
+WATCHDOG_FLOOR_S = 0.25
+COMPLETION_FLOOR_S = 1
+# Bounds of the files a spec names that the tool reads itself (preflight refuses a larger one, naming the field)
+WARMUP_BYTES_PER_TOKEN = 32  # a token is ~4 bytes of text; a JSON body's escapes and tools add some
+MAX_KEYS_BYTES = 4 << 20  # some 50,000 keys of 64 characters; HAProxy loads the whole file into memory
+MAX_PEM_BYTES = 1 << 20  # a certificate chain is a few KiB
 
 
 class Strict(BaseModel):
@@ -215,13 +222,24 @@ class Watchdog(Strict):
 
     enabled: bool = Field(True, description="run the watchdog under supervisord (off: supervisord restarts any exit "
                                             "itself, exit 0 included, and a hung engine waits for the next run)")
-    interval_s: Seconds = Field(10, gt=0, le=3600, description="how often it asks /v1/models")
-    completion_every_s: Seconds = Field(300, ge=0, le=DAY, description="how often it also asks for a one-token "
-                                                                       "completion (0: never)")
+    interval_s: Seconds = Field(10, ge=WATCHDOG_FLOOR_S, le=3600, description=f"how often it asks /v1/models (at "
+                                f"least {WATCHDOG_FLOOR_S} s: each check costs the watchdog and the engine CPU)")
+    completion_every_s: Seconds = Field(
+        300, ge=0, le=DAY, description=f"how often it also asks for a one-token completion (0: never; else at least "
+                                       f"{COMPLETION_FLOOR_S} s)",
+        json_schema_extra={"not": {"exclusiveMinimum": 0, "exclusiveMaximum": COMPLETION_FLOOR_S}})
     failures: Int = Field(3, ge=1, le=1000, description="failed checks in a row before it restarts the engine (an "
                                                        "exit nobody ordered restarts it at once)")
-    backoff_max_s: Seconds = Field(600, gt=0, le=DAY, description="restarts back off, interval_s x 2^n up to this, "
+    backoff_max_s: Seconds = Field(600, ge=1, le=DAY, description="restarts back off, interval_s x 2^n up to this, "
                                                                   "until the engine passes a check again")
+
+    @field_validator("completion_every_s")
+    @classmethod
+    def _completion_floor(cls, value: float) -> float:
+        if 0 < value < COMPLETION_FLOOR_S:
+            raise ValueError(f"0 (never) or at least {COMPLETION_FLOOR_S} s: a completion every {value} s keeps "
+                             f"the engine busy answering the watchdog")
+        return value
 
 
 class Health(Strict):
@@ -229,7 +247,8 @@ class Health(Strict):
 
     deadline_s: Seconds = Field(900, gt=0, le=DAY, description="time for a new engine to load and answer")
     soak_s: Seconds = Field(30, ge=0, le=DAY, description="how long it must stay healthy before it counts as good")
-    interval_s: Seconds = Field(2, gt=0, le=3600, description="pause between probes")
+    interval_s: Seconds = Field(2, ge=PROBE_FLOOR_S, le=3600, description=f"pause between probes (at least "
+                                                                           f"{PROBE_FLOOR_S} s)")
     smoke: Smoke | None = Field(Smoke(prompt="What is the capital of France? Answer in one word.", expect="Paris"),
                                 description="the smoke completion (null: none)")
     min_decode_tps: Seconds | None = Field(
@@ -245,7 +264,8 @@ class Health(Strict):
     warmup: list[PathStr] = Field(
         default_factory=list, max_length=64, description="prompt files replayed once a new engine is healthy, so the first request "
                                           "finds their prefix in the KV cache (text: a system prompt; .json: a "
-                                          "request body with messages)")
+                                          "request body with messages); each a regular file of at most "
+                                          f"{WARMUP_BYTES_PER_TOKEN} bytes per token of server.ctx")
 
 
 class Paths(Strict):
@@ -320,19 +340,13 @@ class Distributed(Strict):
         return self.role == "worker"
 
 
-def _ipv4_literal(value: str) -> str:
-    if re.fullmatch(r"(\d{1,3})(\.\d{1,3}){3}", value) and all(int(p) < 256 for p in value.split(".")):
-        return value
-    raise ValueError(f"{value!r}: an IPv4 literal (0.0.0.0 for every interface)")
-
-
 class Listen(Strict):
     """An address to listen on: an IPv4 literal (0.0.0.0: every interface) and a port."""
 
     host: SafeStr = Field("127.0.0.1", description="IPv4 literal (0.0.0.0: every interface)")
     port: Int = Field(ge=1, le=65535)
 
-    _ipv4 = field_validator("host")(classmethod(lambda cls, value: _ipv4_literal(value)))
+    _ipv4 = field_validator("host")(classmethod(lambda cls, value: values.check_ipv4_literal(value)))
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
@@ -341,8 +355,8 @@ class Listen(Strict):
 class Tls(Strict):
     """The front door's certificate and private key (PEM files; read by HAProxy where they are, never copied)."""
 
-    cert: PathStr = Field(description="PEM certificate (chain)")
-    key: PathStr = Field(description="PEM private key of the certificate")
+    cert: PathStr = Field(description=f"PEM certificate (chain), at most {MAX_PEM_BYTES >> 20} MiB")
+    key: PathStr = Field(description=f"PEM private key of the certificate, at most {MAX_PEM_BYTES >> 20} MiB")
 
 
 class Front(Strict):
@@ -353,8 +367,8 @@ class Front(Strict):
 
     host: SafeStr = Field("0.0.0.0", description="the public address (IPv4 literal; 0.0.0.0: every interface)")
     port: Int = Field(8000, ge=1, le=65535, description="the public port clients use")
-    keys: PathStr = Field(description="the API-key file: one key per line ('#' comments), mode 0600; read by "
-                                      "HAProxy where it is, never copied")
+    keys: PathStr = Field(description="the API-key file: one key per line ('#' comments), mode 0600, at most "
+                                      f"{MAX_KEYS_BYTES >> 20} MiB; read by HAProxy where it is, never copied")
     tls: Tls | None = Field(None, description="serve HTTPS with this certificate and key (default: plain HTTP)")
     hold_s: Int = Field(120, ge=1, le=3600, description="how long a request may be held while no good engine "
                                                         "listens (a switch, a restart); then 503")
@@ -365,7 +379,7 @@ class Front(Strict):
                             "serving one and clients move once it passed the probe, so none is held; off: the "
                             "serving engine stops first and requests are held meanwhile")
 
-    _ipv4 = field_validator("host")(classmethod(lambda cls, value: _ipv4_literal(value)))
+    _ipv4 = field_validator("host")(classmethod(lambda cls, value: values.check_ipv4_literal(value)))
 
 
 class Spec(Strict):

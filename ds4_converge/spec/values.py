@@ -110,6 +110,14 @@ def check_bind_host(value: str) -> str:
     return value
 
 
+def check_ipv4_literal(value: str) -> str:
+    """front.host, front.metrics.host: HAProxy reads `010.0.0.1` as 8.0.0.1, so the rule is server.host's (one
+    canonical IPv4 literal), without 'localhost'."""
+    if canonical_ip(value) is None or ":" in value:
+        raise ValueError(f"{value[:60]!r}: an IPv4 literal (0.0.0.0 for every interface)")
+    return value
+
+
 def check_peer_host(value: str) -> str:
     """A distributed peer's host: a name, or an IP address written canonically (never a disguised number)."""
     if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,253}", value):

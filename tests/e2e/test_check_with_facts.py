@@ -72,6 +72,31 @@ def test_facts_without_check_or_not_facts_at_all_are_refused(box, tmp_path):
     assert not box.root.exists()
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device", "nested 2,000 deep", "17 MiB"])
+def test_facts_that_are_special_huge_or_nested_deep_are_refused_at_once(box, tmp_path, kind):
+    """A FIFO blocked the run forever; /dev/zero read on; JSON nested 2,000 deep was an internal error with a
+    traceback file: each is exit 2 naming the file and what it is (issue 41)."""
+    import os
+
+    facts = tmp_path / "facts.json"
+    if kind == "fifo":
+        os.mkfifo(facts)
+    elif kind == "device":
+        facts = "/dev/zero"
+    elif kind == "17 MiB":
+        facts.write_text(json.dumps({"padding": "x" * (17 << 20)}))
+    else:
+        facts.write_text("[" * 2000 + "]" * 2000)
+    proc = box.cli(str(box.spec_path), "--json", "--check", "--facts", str(facts), timeout=60)
+    document = json.loads(proc.stdout)
+    words = {"fifo": "a FIFO, not a regular file", "device": "a character device, not a regular file",
+             "17 MiB": "17.0 MiB, more than the 16.0 MiB a facts document may hold",
+             "nested 2,000 deep": "not JSON (nested too deep"}[kind]
+    assert proc.returncode == 2 and document["error"].startswith(f"--facts {facts}: {words}"), document
+    assert "traceback" not in proc.stdout + proc.stderr and "traceback_log" not in json.dumps(document)
+    assert not box.root.exists()
+
+
 def test_a_target_whose_available_memory_is_short_is_refused_with_the_numbers(gpu_spec, tmp_path):
     """MemTotal says 125.8 GiB; MemAvailable, 2 GiB: other programs hold the rest, and the plan says so."""
     box = gpu_spec

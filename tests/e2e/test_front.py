@@ -184,6 +184,70 @@ def test_the_metrics_endpoint_answers_and_status_says_where_the_front_door_point
     assert f"front door  http://127.0.0.1:{fronted.front_port} → engine {status['front']['points_at']}" in text
 
 
+def test_a_stopped_haproxy_is_named_with_its_pid_its_admin_socket_and_the_bound(fronted):
+    """SIGSTOP: the process exists, its admin socket accepts and never answers. A switch failed after 16 s with
+    only "timed out", and status said HAProxy does not run (issue 41)."""
+    from ds4_converge.core.layout import Layout
+    from ds4_converge.service import front
+    from ds4_converge.service.supervisor import Supervisor
+
+    master = fronted.status()["front"]
+    assert master["up"] and master["problem"] is None, master
+    layout = Layout(fronted.root)
+    pids = [int(p) for p in subprocess.run(["pgrep", "-f", f"haproxy -W -db -f {fronted.root}/front/haproxy.cfg"],
+                                           capture_output=True, text=True).stdout.split()]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with pytest.raises(front.AdminTimeout, match=f"its admin socket {front.admin_socket(layout)} did not "
+                                                     f"answer within {front.ADMIN_TIMEOUT_S} s"):
+            front.servers(layout, "ds4")
+        assert time.monotonic() - started < front.ADMIN_TIMEOUT_S + 5
+        status = fronted.status()["front"]
+        supervised = Supervisor(layout).info(front.PROGRAM)["pid"]  # HAProxy's master, as supervisord knows it
+        assert not status["up"] and status["problem"].startswith(
+            f"HAProxy does not answer (pid {supervised}, stopped?): its admin socket"), status
+        text = fronted.cli("status", str(fronted.spec_path)).stdout
+        assert f"down (HAProxy does not answer (pid {supervised}, stopped?)" in text, text
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert fronted.status()["front"]["up"]
+
+
+def test_a_switch_behind_a_stopped_haproxy_fails_naming_it_and_the_engine_keeps_serving(tmp_path, sim_repo):
+    """The switch used to fail after 16 s with only "service: timed out" (issue 41)."""
+    from ds4_converge.core.layout import Layout
+    from ds4_converge.service import front
+    from ds4_converge.service.supervisor import Supervisor
+
+    box = front_box(tmp_path / "root", sim_repo)
+    try:
+        rc, document = box.converge()
+        assert rc == 0, document["error"]
+        before = box.status()
+        layout = Layout(box.root)
+        master = Supervisor(layout).info(front.PROGRAM)["pid"]
+        pids = [int(p) for p in subprocess.run(["pgrep", "-f", f"haproxy -W -db -f {front.config_path(layout)}"],
+                                               capture_output=True, text=True).stdout.split()]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            rc, document = box.converge("--set", "server.env.DS4_SIM_TAG=switched")
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        assert rc == 1, document
+        assert (f"HAProxy does not answer (pid {master}, stopped?): its admin socket {front.admin_socket(layout)} "
+                f"did not answer within {front.ADMIN_TIMEOUT_S} s") in document["error"], document["error"]
+        after = box.status()
+        assert after["healthy"] and after["release"] == before["release"], after
+        assert ask(box, timeout=30).ok
+    finally:
+        box.stop()
+
+
 def test_haproxy_that_dies_is_started_again_by_supervisord(fronted):
     pid = int(subprocess.run(["pgrep", "-f", f"haproxy -W -db -f {fronted.root}/front/haproxy.cfg"],
                              capture_output=True, text=True).stdout.split()[0])
@@ -292,6 +356,40 @@ def test_a_front_door_added_to_a_serving_box_keeps_its_engine_and_one_that_canno
         fronted = box.status()
         assert fronted["pid"] == before["pid"] and fronted["front"]["points_at"] == f"127.0.0.1:{box.port}"
         assert ask(box, timeout=30).status_code == 200
+    finally:
+        box.stop()
+
+
+def test_a_front_door_reload_that_fails_fails_the_run_and_leaves_the_front_door_as_it_was(tmp_path, sim_repo):
+    """A reload HAProxy could not do was a run that exited 0 saying "serving" while the old worker went on with the
+    old config (issue 41): now the run fails, the old files are back, and the front door serves as it did."""
+    from ds4_converge.core.layout import Layout
+    from ds4_converge.service import front
+    from ds4_converge.service.supervisor import Supervisor
+
+    box = front_box(tmp_path / "root", sim_repo)
+    layout = Layout(box.root)
+    try:
+        rc, document = box.converge()
+        assert rc == 0, document["error"]
+        before, config = box.status(), front.config_path(layout).read_text()
+        bad = tmp_path / "bad.pem"  # preflight sees a file; HAProxy cannot load it
+        bad.write_text("not a certificate\n")
+        box.spec["front"]["tls"] = {"cert": str(bad), "key": str(bad)}
+        box.write()
+        rc, document = box.converge()
+        assert rc == 1 and not document["reverted"], document
+        assert "front: HAProxy refuses the new config" in document["error"], document["error"]
+        assert "config was put back" in document["error"], document["error"]
+        assert front.config_path(layout).read_text() == config and not front.tls_path(layout).is_symlink()
+        after = box.status()
+        assert (after["pid"], after["front"]["up"]) == (before["pid"], True) and ask(box, timeout=30).ok
+        # a config HAProxy's check passes but whose address it cannot bind: its old worker goes on serving
+        front.config_path(layout).write_text(config.replace(f"'127.0.0.1:{box.front_port}'",
+                                                            f"'192.0.2.1:{box.front_port}'"))
+        with pytest.raises(front.FrontError, match="reload failed, its old worker serves on .*cannot bind"):
+            front.reload(layout, Supervisor(layout), front.executable())
+        assert ask(box, timeout=30).ok
     finally:
         box.stop()
 

@@ -261,6 +261,21 @@ def test_an_address_of_this_host_any_or_loopback_binds(address):
     assert rules.bind_findings(spec(server={"host": address}), facts) == []
 
 
+@pytest.mark.parametrize("field", ["front.host", "front.metrics.host"])
+def test_a_front_address_this_host_does_not_have_is_an_error(field):
+    """HAProxy cannot bind it: its reload failed while the run said "serving" (issue 41)."""
+    facts = host(addresses=["127.0.0.1", "192.0.2.2"])
+    front = {"keys": "/k", "host": "192.0.2.2", "metrics": {"host": "127.0.0.1", "port": 8405}}
+    front["metrics" if field == "front.metrics.host" else "host"] = (
+        {"host": "203.0.113.9", "port": 8405} if field == "front.metrics.host" else "203.0.113.9")
+    s = spec(server={"port": 9000}, front=front)
+    finding = only(rules.bind_findings(s, facts), "error")
+    assert finding.message == (f"{field} 203.0.113.9: no interface of this host has this address (it has "
+                               f"127.0.0.1, 192.0.2.2): HAProxy could not bind it")
+    assert any(f.message == finding.message for f in rules.all_findings(s, facts))
+    assert rules.bind_findings(spec(server={"port": 9000}, front={"keys": "/k", "host": "192.0.2.2"}), facts) == []
+
+
 def test_unknown_addresses_refuse_nothing():
     assert rules.bind_findings(spec(server={"host": "1.2.3.4"}), host(addresses=None)) == []
 

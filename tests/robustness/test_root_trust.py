@@ -69,3 +69,61 @@ def test_a_root_another_user_can_write_is_refused_naming_path_and_owner(box, how
     finally:
         os.chown(target, saved.st_uid, -1)
         os.chmod(target, saved.st_mode & 0o7777)
+
+
+def _self_opening_repo(sim_repo, tmp_path) -> str:
+    """The simulated engine whose Makefile makes its own tree world-writable, tagged v0.2.0-open."""
+    import subprocess
+
+    clone = tmp_path / "open"
+    git = ["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "clone", "-q", str(sim_repo), str(clone)], check=True)
+    subprocess.run([*git, "checkout", "-q", "v0.2.0"], check=True)
+    with open(clone / "Makefile", "a") as handle:
+        handle.write("\ncpu: open-up\nopen-up:\n\tchmod 0777 .\n")
+    subprocess.run([*git, "commit", "-qam", "open"], check=True)
+    subprocess.run([*git, "tag", "v0.2.0-open"], check=True)
+    return str(clone)
+
+
+def test_a_release_that_makes_itself_writable_by_others_is_not_started_and_stop_still_stops(box, sim_repo, tmp_path):
+    """A release built as root (the fallback under a 0700 folder) ran `chmod 0777 .` and was started, exit 0; then
+    `stop` refused ("paths.root cannot be trusted"). The built tree's modes are checked as the root's are."""
+    rc, first = box.converge()
+    assert rc == 0, first
+    before = box.status()
+    box.spec["engine"].update(repo=_self_opening_repo(sim_repo, tmp_path), ref="v0.2.0-open")
+    box.write()
+    rc, document = box.converge()
+    assert rc == 1 and not document["reverted"], document
+    assert "the built release cannot be trusted, nothing starts from it" in document["error"], document["error"]
+    assert "can be written by others" in document["error"] and "mode 0777" in document["error"], document["error"]
+    status = box.status()
+    assert (status["release"], status["pid"], status["healthy"]) == (before["release"], before["pid"], True), status
+    assert not any("open" in p.name for p in (box.root / "releases").iterdir())
+    # a release made writable by others after the build: a run refuses it, and stop still stops what runs
+    release = box.root / "releases" / before["release"]
+    release.chmod(0o777)
+    try:
+        rc, document = box.converge()
+        assert rc == 1 and f"{release} can be written by others" in document["error"], document
+        rc, stopped = box.json("stop", str(box.spec_path))
+        assert rc == 0 and stopped["stopped"], stopped
+        assert box.status()["pid"] is None
+    finally:
+        release.chmod(0o755)
+
+
+def test_a_built_trees_modes_are_judged_without_following_links(tmp_path):
+    from ds4_converge.core.root_trust import tree_problems
+
+    tree = tmp_path / "release"
+    (tree / "obj").mkdir(parents=True)
+    (tree / "ds4-server").write_text("#!/bin/sh\n")
+    (tree / "obj").chmod(0o2755)  # a set-group-id folder only passes its group on: inherited, not a problem
+    (tree / "outside").symlink_to("/etc")  # a link's own mode means nothing, and it is not followed
+    assert tree_problems(tree) == []
+    (tree / "ds4-server").chmod(0o4755)
+    (tree / "obj").chmod(0o777)
+    assert tree_problems(tree) == [f"{tree / 'obj'} can be written by others (mode 0777)",
+                                   f"{tree / 'ds4-server'} runs with its owner's or group's rights (mode 4755)"]

@@ -152,14 +152,32 @@ def test_write_setting_adds_what_the_spec_lacks(tmp_path):
 def test_warmup_prompt_files(tmp_path):
     text = tmp_path / "agent.txt"
     text.write_text("You are an agent.")
-    body = warmup.load(text)
+    body = warmup.load(text, 32768)
     assert body["messages"][0] == {"role": "system", "content": "You are an agent."}
     assert body["stream"] and body["max_tokens"] == 1 and body["thinking"] == {"type": "disabled"}
     request = tmp_path / "agent.json"
     request.write_text('{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}')
-    body = warmup.load(request)
+    body = warmup.load(request, 32768)
     assert body["tools"] == [{"type": "function"}] and body["max_tokens"] == 1
     request.write_text('{"prompt": "hi"}')
     with pytest.raises(warmup.BadPrompt, match="non-empty messages"):
-        warmup.load(request)
-    assert warmup.missing([text, tmp_path / "gone.txt"]) == [f"health.warmup: {tmp_path / 'gone.txt'}: no such file"]
+        warmup.load(request, 32768)
+    assert warmup.problems({"health.warmup[0]": text, "health.warmup[1]": tmp_path / "gone.txt"}, 32768) == [
+        f"health.warmup[1]: {tmp_path / 'gone.txt'}: no such file"]
+
+
+def test_a_warmup_prompt_is_read_within_what_ctx_allows(tmp_path):
+    """Read again when replayed (the file may have changed since preflight): bounded, never whole; JSON nested deep
+    and bytes that are not UTF-8 are a bad prompt (reported), not an unexpected error that reverts."""
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("x" * (100 * warmup.BYTES_PER_TOKEN + 1))
+    with pytest.raises(warmup.BadPrompt, match="more than the 3.1 KiB a warm-up prompt for server.ctx 100 may hold"):
+        warmup.load(prompt, 100)
+    assert warmup.load(prompt, 101)["messages"][0]["content"] == prompt.read_text()
+    prompt.write_bytes(b"\xff\xfe")
+    with pytest.raises(warmup.BadPrompt, match="not UTF-8 text"):
+        warmup.load(prompt, 100)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 2000 + "]" * 2000)
+    with pytest.raises(warmup.BadPrompt, match="nested too deep"):
+        warmup.load(deep, 32768)

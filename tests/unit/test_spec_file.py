@@ -164,6 +164,29 @@ def test_a_host_written_as_a_disguised_number_is_refused(tmp_path, address):
     assert problem.startswith(f"{path}:8:3: server.host: ") and "canonically" in problem, problem
 
 
+@pytest.mark.parametrize("field, address", [(f, a) for f in ("host", "metrics.host")
+                                             for a in ("010.0.0.1", "127.000.000.001", "0.0.0.00", "0x7f.0.0.1")])
+def test_a_front_address_written_as_a_disguised_number_is_refused(tmp_path, field, address):
+    """HAProxy reads front.host 010.0.0.1 as 8.0.0.1: the front door's addresses follow server.host's rule."""
+    front = {"host": f"host: '{address}'", "metrics.host": f"metrics: {{host: '{address}', port: 8405}}"}[field]
+    path = write(tmp_path, BASE + f"server: {{port: 9000}}\nfront: {{keys: /k, {front}}}\n")
+    [problem] = problems(path)
+    assert f": front.{field}: " in problem and "canonically" in problem, problem
+
+
+@pytest.mark.parametrize("setting, words", [
+    ("health.watchdog.interval_s=0.001", "greater than or equal to 0.25"),
+    ("health.watchdog.completion_every_s=0.01", "0 (never) or at least 1 s"),
+    ("health.watchdog.backoff_max_s=0.001", "greater than or equal to 1"),
+    ("health.interval_s=0.001", "greater than or equal to 0.1"),
+])
+def test_every_interval_has_a_floor(tmp_path, setting, words):
+    """A watchdog asking every millisecond took 0.4 of a core (and the engine 0.2 more answering it)."""
+    [problem] = problems(write(tmp_path, BASE), [setting])
+    assert problem.startswith(f"--set {setting}: {setting.split('=')[0]}: ") and words in problem, problem
+    load_spec(write(tmp_path, BASE), ["health.watchdog.completion_every_s=0", "health.watchdog.interval_s=0.25"])
+
+
 @pytest.mark.parametrize("peer", ["010.0.0.1", "10.000.0.1"])
 def test_a_distributed_peer_written_as_a_disguised_number_is_refused(tmp_path, peer):
     from ds4_converge.spec.values import check_peer_host
