@@ -143,16 +143,9 @@ def metrics_text(facts: dict, *, command: str, ok: bool, now: float | None = Non
         ("ds4_converge_last_run_success", "1 when the last run of each ds4-converge command did what it was asked.",
          [({**root, "command": name}, 1 if run["ok"] else 0) for name, run in sorted(runs.items())]),
     ]
-    lines = []
-    for name, help_text, samples in families:
-        samples = [(labels, value) for labels, value in samples if value is not None]
-        if not samples:
-            continue
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
-        for labels, value in samples:
-            rendered = ",".join(f'{key}="{_escape(str(val))}"' for key, val in labels.items())
-            lines.append(f"{name}{{{rendered}}} {_number(value)}")
-    return "\n".join(lines) + "\n"
+    from ds4_converge.core.textfile import render
+
+    return render(families)
 
 
 def write_textfile(path: Path, facts: dict, *, command: str, ok: bool, now: float | None = None,
@@ -188,14 +181,6 @@ def _epoch(stamp) -> float | None:
         return datetime.fromisoformat(stamp).timestamp()
     except (TypeError, ValueError):
         return None
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _number(value) -> str:
-    return repr(float(value)) if isinstance(value, float) else str(int(value))
 
 
 def _now() -> str:
