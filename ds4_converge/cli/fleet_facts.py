@@ -58,8 +58,21 @@ def last_bench(bench_results: Path) -> dict | None:
             decode = _headline(record)
         except (ValueError, KeyError, TypeError, AttributeError):
             continue  # a torn last line, or the tail of a line cut by the seek
-        return {"at": record.get("at"), "release": record.get("release"), "decode_tps": decode}
+        return {"at": record.get("at"), "release": record.get("release"), "decode_tps": decode,
+                "gpus": _gpus(record.get("platform"))}
     return None
+
+
+def _gpus(platform) -> list[dict]:
+    """Per GPU while the bench ran: its index, the SM clock's fraction of its maximum while working and the
+    slowdown reasons seen (health/platform.py; [] without a GPU or with a record of another shape)."""
+    from ds4_converge.health.platform import gpus
+
+    try:
+        return [{"index": g["index"], "sm_clock_ratio": g["sm_clock_ratio"], "slowdowns": g["slowdowns"]}
+                for g in gpus(platform if isinstance(platform, dict) else None)]
+    except (KeyError, TypeError, AttributeError, ValueError, ZeroDivisionError):
+        return []
 
 
 def _headline(record: dict) -> float | None:
@@ -137,6 +150,14 @@ def metrics_text(facts: dict, *, command: str, ok: bool, now: float | None = Non
                      "Decode tok/s of one client on the shortest prompt, at the last bench.",
                      [({**root, "release": bench.get("release") or ""}, bench["decode_tps"])]
                      if bench and bench.get("decode_tps") is not None else []))
+    gpus = (bench or {}).get("gpus") or []
+    families += [
+        ("ds4_converge_bench_gpu_sm_clock_ratio",
+         "The median SM clock while the GPU worked, as a fraction of its maximum, at the last bench.",
+         [({**root, "gpu": g["index"]}, g["sm_clock_ratio"]) for g in gpus]),
+        ("ds4_converge_bench_gpu_slowdown", "1 for each clock slowdown reason (power cap, thermal, …) seen on a "
+         "GPU at the last bench.", [({**root, "gpu": g["index"], "reason": r}, 1) for g in gpus for r in g["slowdowns"]]),
+    ]
     families += [
         ("ds4_converge_last_run_timestamp_seconds", "When the last run of each ds4-converge command ended (Unix time).",
          [({**root, "command": name}, run["at"]) for name, run in sorted(runs.items())]),
