@@ -305,6 +305,10 @@ def metrics_text(ctx: Context) -> str:
 
 
 def write_textfile(ctx: Context) -> None:
-    """The map as the front door moves: kept (front/slots.json) and written for the node exporter."""
-    write_atomic(_map_path(ctx.layout), json.dumps(slot_map(ctx)) + "\n")
-    write_atomic(ctx.layout.root / "metrics" / TEXTFILE, metrics_text(ctx))
+    """The map as the front door moves: kept (front/slots.json) and written for the node exporter. Best effort:
+    metrics never fail a switch (a full disk, say); the next move writes them again."""
+    try:
+        write_atomic(_map_path(ctx.layout), json.dumps(slot_map(ctx)) + "\n")
+        write_atomic(ctx.layout.root / "metrics" / TEXTFILE, metrics_text(ctx))
+    except OSError as exc:
+        ctx.say(f"warning: the front door's release map for Prometheus was not written ({exc})")
