@@ -27,7 +27,7 @@ PANELS = [
         ("timeseries", "Requests per release", "reqps",
          "Answers per second through each box's front door, by release and HTTP class: during a canary, the new "
          "release's share and its errors beside the old one's.",
-         [(f'sum by (release, code) (box_release:haproxy_server_http_responses:rate1m{{{BOX}}})',
+         [(f'sum by (release, code) (box_release:haproxy_server_http_responses:rate1m{{{BOX}, code=~"2xx|4xx|5xx"}})',
            "{{release}} {{code}}")]),
         ("timeseries", "Errors per release (5xx)", "reqps",
          "Server errors per second by release (a held request that waits past front.hold_s is one).",

@@ -81,7 +81,7 @@ def process(argv: list[str], log: Path):
 
 class Prometheus:
     def __init__(self, port: int):
-        self.url = f"http://127.0.0.1:{port}"
+        self.url, self.started = f"http://127.0.0.1:{port}", time.time()
 
     def get(self, path: str, **params):
         answer = requests.get(f"{self.url}{path}", params=params, timeout=10)
@@ -229,3 +229,10 @@ def test_every_query_of_the_dashboard_finds_series_prometheus_scraped(watched):
             if not prometheus.query_range(expr, start):
                 empty.append((panel["title"], expr))
     assert not empty, empty
+    if os.environ.get("DS4_DASHBOARD_PICTURE"):  # docs/observability-dashboard.png, drawn from this Prometheus
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("picture", REPO / "observability" / "picture.py")
+        picture = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(picture)
+        picture.draw(prometheus.url, document, os.environ["DS4_DASHBOARD_PICTURE"], minutes=(time.time() - prometheus.started) / 60)
