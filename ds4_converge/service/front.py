@@ -126,7 +126,9 @@ def public_url(ctx: Context) -> str:
 
 
 def write_files(ctx: Context, text: str) -> None:
-    """The config, the 401 body, and the links to the certificate and its key."""
+    """The config, the 401 body, and the links to the certificate and its key; and for Prometheus, the release
+    each slot serves from now and front.hold_s (whenever the config is written: the front door moves, or its
+    settings change)."""
     layout = ctx.layout
     directory(layout).mkdir(mode=0o700, parents=True, exist_ok=True)
     write_atomic(unauthorized_path(layout), json.dumps(UNAUTHORIZED) + "\n")
@@ -136,6 +138,7 @@ def write_files(ctx: Context, text: str) -> None:
         if ctx.spec.front.tls:
             os.symlink(ctx.host_path(getattr(ctx.spec.front.tls, target)), path)
     write_atomic(config_path(layout), text, mode=0o600)
+    write_textfile(ctx)
 
 
 # ------------------------------------------------------------------------------------------ the admin socket
@@ -208,11 +211,10 @@ def hold(ctx: Context) -> bool:
 
 def point_at(ctx: Context, port: int) -> None:
     """Clients go to `port` from now: the config says so for HAProxy's next start, and the running HAProxy is
-    told on its admin socket; the release map for Prometheus says which release each slot serves from now."""
+    told on its admin socket."""
     write_files(ctx, config(ctx, active=port))
     if running(ctx):
         serve_port(ctx.layout, ctx.spec.server.name, port)
-    write_textfile(ctx)
 
 
 def serve_restored(layout: Layout, name: str, deployment: Deployment) -> str:
@@ -254,8 +256,9 @@ def describe(ctx: Context) -> dict:
 # ------------------------------------------------------------------------------------------ releases per slot
 # HAProxy's exporter names a slot's series after its server (proxy="NAME-engine", server="a"), whatever release
 # it serves: renaming servers would need a reload. The map from slot to release is a series of its own instead,
-# written whenever the front door moves (the only moments clients start reaching another release), which a query
-# joins on (proxy, server) to count requests, errors, latency and bytes per release (docs/observability.md).
+# written whenever the front door moves (the only moments clients start reaching another release) or its config
+# changes, which a query joins on (proxy, server) to count requests, errors, latency and bytes per release
+# (docs/observability.md).
 
 TEXTFILE = "ds4_converge_front.prom"  # under ROOT/metrics, beside the fleet's textfile (cli/fleet_facts.py)
 

@@ -178,29 +178,30 @@ def test_requests_are_counted_per_release_through_an_upgrade_and_a_revert_raises
     client.start()
     try:
         prometheus.wait(f"answers of {first}", lambda: per_release(prometheus, start).get(first, 0) > 0)
-        with box.edited({"engine.ref": "v0.3.0"}):
-            rc, upgraded = box.converge()
-            assert rc == 0, upgraded.get("error")
-            second = upgraded["release"]
-            assert second != first
-            prometheus.wait(f"answers of {second}", lambda: per_release(prometheus, start).get(second, 0) > 0)
+        box.spec["engine"]["ref"] = "v0.3.0"  # the upgrade stays: the tests below start from it
+        box.write()
+        rc, upgraded = box.converge()
+        assert rc == 0, upgraded.get("error")
+        second = upgraded["release"]
+        assert second != first
+        prometheus.wait(f"answers of {second}", lambda: per_release(prometheus, start).get(second, 0) > 0)
 
-            # one map: status --json, the textfile, and the series Prometheus scraped from it
-            slots = {slot["server"]: slot["release"] for slot in box.status()["front"]["slots"]}
-            assert slots == slot_info_in_textfile(box), slots
-            assert second in slots.values(), slots
-            scraped = lambda: {r["metric"]["server"]: r["metric"]["release"]  # noqa: E731
-                               for r in prometheus.query('ds4_converge_front_slot_info{box="spark1"}')}
-            prometheus.wait("the slot map as status says it", lambda: scraped() == slots)
+        # one map: status --json, the textfile, and the series Prometheus scraped from it
+        slots = {slot["server"]: slot["release"] for slot in box.status()["front"]["slots"]}
+        assert slots == slot_info_in_textfile(box), slots
+        assert second in slots.values(), slots
+        scraped = lambda: {r["metric"]["server"]: r["metric"]["release"]  # noqa: E731
+                           for r in prometheus.query('ds4_converge_front_slot_info{box="spark1"}')}
+        prometheus.wait("the slot map as status says it", lambda: scraped() == slots)
 
-            with box.edited({"engine.ref": "v0.3.1-wrong-answer"}):  # answers "London": reverted
-                rc, reverted = box.converge()
-            assert rc == 1 and reverted["reverted"], reverted.get("error")
-            wrong = reverted["switch"]["to"]
-            pending = prometheus.wait("the revert's alert pending", lambda: [
-                a for a in prometheus.alerts() if a["labels"]["alertname"] == "Ds4LastConvergeFailed"
-                and a["labels"]["box"] == "spark1" and a["labels"]["command"] == "converge"])
-            assert pending[0]["state"] == "pending", pending  # `for: 10m`: pending, not firing yet
+        with box.edited({"engine.ref": "v0.3.1-wrong-answer"}):  # answers "London": reverted
+            rc, reverted = box.converge()
+        assert rc == 1 and reverted["reverted"], reverted.get("error")
+        wrong = reverted["switch"]["to"]
+        pending = prometheus.wait("the revert's alert pending", lambda: [
+            a for a in prometheus.alerts() if a["labels"]["alertname"] == "Ds4LastConvergeFailed"
+            and a["labels"]["box"] == "spark1" and a["labels"]["command"] == "converge"])
+        assert pending[0]["state"] == "pending", pending  # `for: 10m`: pending, not firing yet
         time.sleep(2)
     finally:
         client.stop()
@@ -211,6 +212,35 @@ def test_requests_are_counted_per_release_through_an_upgrade_and_a_revert_raises
     assert not [release for release in counted if release not in (first, second)], (wrong, counted)
     # the old release's numbers stay readable after the switch
     assert prometheus.query_range(f'box_release:haproxy_server_http_responses:rate1m{{release="{first}"}}', start)
+
+
+def test_a_hold_longer_than_half_of_hold_s_raises_its_alert(watched):
+    """front.overlap off: the serving engine stops first and the front door holds requests while the new one
+    loads (10 s here) and is probed; with hold_s 16 the hold passes hold_s / 2 = 8 s, and the alert, which reads
+    HAProxy's hold server and the textfile's hold_s, fires while requests wait."""
+    box, prometheus = watched
+    start = time.time()
+    serving = box.status()["release"]
+    with box.edited({"front.overlap": "off", "front.hold_s": 16}):
+        rc, document = box.converge()  # the front door's settings only: HAProxy reloaded, no switch
+        assert rc == 0 and document["switch"] is None and document["release"] == serving, document.get("error")
+        prometheus.wait("hold_s 16", lambda: prometheus.query("ds4_converge_front_hold_seconds == 16"))
+        client = Client(box)
+        client.start()
+        try:
+            with box.edited({"engine.ref": "v0.2.0", "server.env": {"DS4_SIM_LOAD_SECONDS": "10"}}):
+                rc, document = box.converge()
+                assert rc == 0 and document["switch"], document.get("error")
+        finally:
+            client.stop()
+    assert set(client.codes) == {200}, set(client.codes)  # held, never refused
+    fired = prometheus.query_range('ALERTS{alertname="Ds4RequestsHeldTooLong", alertstate="firing", box="spark1"}',
+                                   start, step=1)
+    assert fired, "Ds4RequestsHeldTooLong never fired"
+    held = prometheus.query_range('max(haproxy_server_status{box="spark1", server="hold", state="UP"})', start, step=1)
+    assert any(float(v) == 1 for _, v in held[0]["values"])
+    prometheus.wait("the alert resolved once the switch committed",
+                    lambda: not prometheus.query('ALERTS{alertname="Ds4RequestsHeldTooLong"}'))
 
 
 def test_every_query_of_the_dashboard_finds_series_prometheus_scraped(watched):
