@@ -307,6 +307,11 @@ def metrics_text(ctx: Context) -> str:
     ])
 
 
+def forget_textfile(layout: Layout) -> None:
+    (layout.root / "metrics" / TEXTFILE).unlink(missing_ok=True)
+    _map_path(layout).unlink(missing_ok=True)
+
+
 def write_textfile(ctx: Context) -> None:
     """The map as the front door moves: kept (front/slots.json) and written for the node exporter. Best effort:
     metrics never fail a switch (a full disk, say); the next move writes them again."""

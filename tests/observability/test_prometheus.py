@@ -266,3 +266,18 @@ def test_every_query_of_the_dashboard_finds_series_prometheus_scraped(watched):
         picture = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(picture)
         picture.draw(prometheus.url, document, os.environ["DS4_DASHBOARD_PICTURE"], minutes=(time.time() - prometheus.started) / 60)
+
+
+def test_a_front_door_removed_takes_its_slot_series_with_it(watched):
+    box, prometheus = watched
+    assert prometheus.query('ds4_converge_front_slot_info{box="spark1"}')
+    front = box.spec.pop("front")
+    box.write()
+    try:
+        rc, document = box.converge()
+        assert rc == 0, document.get("error")
+        assert not (box.root / "metrics" / "ds4_converge_front.prom").exists()
+        prometheus.wait("the slot series gone", lambda: not prometheus.query('ds4_converge_front_slot_info'))
+    finally:
+        box.spec["front"] = front
+        box.write()
