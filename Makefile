@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 SPEC   ?= spec/examples/sim.yaml
 ARGS   ?=
 
-.PHONY: run test system-deps test-fast lint-imports stop status check logs schema docs clean collection collection-build sanity
+.PHONY: run test system-deps test-fast lint-imports stop status check logs schema dashboard docs clean collection collection-build sanity
 
 # What running the tool needs, and nothing else (no test or fleet tools): make run, check, status, stop.
 $(VENV)/.installed-run: pyproject.toml
@@ -16,13 +16,13 @@ $(VENV)/.installed-run: pyproject.toml
 	$(BIN)/pip install --disable-pip-version-check -e .
 	touch $@
 
-# The developer's venv: the test, fleet and plot tools too (pytest, jsonschema, import-linter, ansible-core,
-# molecule, matplotlib).
+# The developer's venv: the test, fleet, plot and observability tools too (pytest, jsonschema, import-linter,
+# ansible-core, molecule, matplotlib, grafana-foundation-sdk).
 $(VENV)/.installed-dev: pyproject.toml
 	@echo "==> $(VENV): installing ds4-converge with its test and fleet tools"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check --quiet --upgrade pip
-	$(BIN)/pip install --disable-pip-version-check --quiet -e '.[test,fleet,plot]'
+	$(BIN)/pip install --disable-pip-version-check --quiet -e '.[test,fleet,plot,observability]'
 	touch $@ $(VENV)/.installed-run
 
 $(BIN)/ds4-converge: $(VENV)/.installed-dev
@@ -108,7 +108,12 @@ schema: $(VENV)/.installed-run
 	$(BIN)/ds4-converge schema > spec/schema.json
 	$(BIN)/python docs/make_spec_reference.py
 
-docs: schema
+# the Grafana dashboard the collection ships, generated from observability/dashboard.py (a test fails when it is stale)
+DASHBOARD := roles/ds4_converge/files/grafana/ds4-converge-dashboard.json
+dashboard: $(VENV)/.installed-dev
+	$(BIN)/python observability/dashboard.py > $(DASHBOARD).tmp && mv $(DASHBOARD).tmp $(DASHBOARD)
+
+docs: schema dashboard
 
 clean:
 	-$(BIN)/ds4-converge stop $(SPEC) $(ARGS)

@@ -11,6 +11,9 @@
 #   ssh, sftp          Ansible's ssh connection and testinfra (openssh-client); the ssh *server* of the fleet
 #                      tests is molecule/shared/loopback_sshd.py (asyncssh, as the test user): no sshd needed
 #   haproxy            the rolling upgrade behind a real HAProxy (molecule/haproxy), run as the test user
+#   prometheus         promtool checks and unit-tests the shipped alert rules; a real prometheus scrapes a box
+#                      through an upgrade and a revert (tests/observability), on loopback, as the test user
+#   prometheus-node-exporter  serves the box's textfiles to that prometheus, as it does on a Spark
 #   python3 -m venv    .venv (python3-venv)
 # Missing ones: as root, apt-get installs them; otherwise one line names them and the command, and the script
 # exits 1, so make stops before the first test.
@@ -21,6 +24,8 @@ for tool in git make gcc; do command -v "$tool" >/dev/null || need+=("$tool"); d
 command -v ss >/dev/null || [ -x /usr/sbin/ss ] || [ -x /sbin/ss ] || need+=(iproute2)
 { command -v ssh >/dev/null && command -v sftp >/dev/null; } || need+=(openssh-client)
 command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
+{ command -v prometheus >/dev/null && command -v promtool >/dev/null; } || need+=(prometheus)
+command -v prometheus-node-exporter >/dev/null || need+=(prometheus-node-exporter)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 [ ${#need[@]} -eq 0 ] && exit 0
 

@@ -58,8 +58,21 @@ def last_bench(bench_results: Path) -> dict | None:
             decode = _headline(record)
         except (ValueError, KeyError, TypeError, AttributeError):
             continue  # a torn last line, or the tail of a line cut by the seek
-        return {"at": record.get("at"), "release": record.get("release"), "decode_tps": decode}
+        return {"at": record.get("at"), "release": record.get("release"), "decode_tps": decode,
+                "gpus": _gpus(record.get("platform"))}
     return None
+
+
+def _gpus(platform) -> list[dict]:
+    """Per GPU while the bench ran: its index, the SM clock's fraction of its maximum while working and the
+    slowdown reasons seen (health/platform.py; [] without a GPU or with a record of another shape)."""
+    from ds4_converge.health.platform import gpus
+
+    try:
+        return [{"index": g["index"], "sm_clock_ratio": g["sm_clock_ratio"], "slowdowns": g["slowdowns"]}
+                for g in gpus(platform if isinstance(platform, dict) else None)]
+    except (KeyError, TypeError, AttributeError, ValueError, ZeroDivisionError):
+        return []
 
 
 def _headline(record: dict) -> float | None:
@@ -137,22 +150,23 @@ def metrics_text(facts: dict, *, command: str, ok: bool, now: float | None = Non
                      "Decode tok/s of one client on the shortest prompt, at the last bench.",
                      [({**root, "release": bench.get("release") or ""}, bench["decode_tps"])]
                      if bench and bench.get("decode_tps") is not None else []))
+    gpus = (bench or {}).get("gpus") or []
+    families += [
+        ("ds4_converge_bench_gpu_sm_clock_ratio",
+         "The median SM clock while the GPU worked, as a fraction of its maximum, at the last bench.",
+         [({**root, "gpu": g["index"]}, g["sm_clock_ratio"]) for g in gpus]),
+        ("ds4_converge_bench_gpu_slowdown", "1 for each clock slowdown reason (power cap, thermal, …) seen on a "
+         "GPU at the last bench.", [({**root, "gpu": g["index"], "reason": r}, 1) for g in gpus for r in g["slowdowns"]]),
+    ]
     families += [
         ("ds4_converge_last_run_timestamp_seconds", "When the last run of each ds4-converge command ended (Unix time).",
          [({**root, "command": name}, run["at"]) for name, run in sorted(runs.items())]),
         ("ds4_converge_last_run_success", "1 when the last run of each ds4-converge command did what it was asked.",
          [({**root, "command": name}, 1 if run["ok"] else 0) for name, run in sorted(runs.items())]),
     ]
-    lines = []
-    for name, help_text, samples in families:
-        samples = [(labels, value) for labels, value in samples if value is not None]
-        if not samples:
-            continue
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
-        for labels, value in samples:
-            rendered = ",".join(f'{key}="{_escape(str(val))}"' for key, val in labels.items())
-            lines.append(f"{name}{{{rendered}}} {_number(value)}")
-    return "\n".join(lines) + "\n"
+    from ds4_converge.core.textfile import render
+
+    return render(families)
 
 
 def write_textfile(path: Path, facts: dict, *, command: str, ok: bool, now: float | None = None,
@@ -188,14 +202,6 @@ def _epoch(stamp) -> float | None:
         return datetime.fromisoformat(stamp).timestamp()
     except (TypeError, ValueError):
         return None
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _number(value) -> str:
-    return repr(float(value)) if isinstance(value, float) else str(int(value))
 
 
 def _now() -> str:

@@ -55,29 +55,42 @@ class Sampler:
         return {"samples": self.clocks, "gpu_processes": [{"pid": p, "name": n} for p, n in self.processes.items()]}
 
 
+def gpus(platform: dict | None) -> list[dict]:
+    """Pure: per GPU seen during the bench, its index, the slowdown reasons seen ([]: none) and the median SM
+    clock while working as a fraction of its maximum (None: never seen working): the platform facts the
+    performance gate reads, and the fleet textfile exports."""
+    by_gpu: dict[int, list[dict]] = {}
+    for sample in (platform or {}).get("samples") or []:
+        for gpu in sample:
+            by_gpu.setdefault(gpu["index"], []).append(gpu)
+    found = []
+    for index, seen in sorted(by_gpu.items()):
+        slowdowns = sorted({r for g in seen for r in g.get("reasons") or [] if r in SLOWDOWN_REASONS})
+        busy = [g for g in seen if "idle" not in (g.get("reasons") or []) and g.get("sm_mhz") and g.get("max_sm_mhz")]
+        clock = top = None
+        if busy:
+            clock, top = median(g["sm_mhz"] for g in busy), max(g["max_sm_mhz"] for g in busy)
+        found.append({"index": index, "slowdowns": slowdowns, "sm_mhz": clock, "max_sm_mhz": top,
+                      "sm_clock_ratio": round(clock / top, 3) if busy else None,
+                      "pstates": sorted({g["pstate"] for g in busy if g.get("pstate")})})
+    return found
+
+
 def slow_reasons(platform: dict | None, ours: set[int] = frozenset()) -> list[str]:
     """Pure: why the platform itself was slow during the bench, in words ([]: it was not, or nothing is known).
     `ours`: the engine's PIDs (its process group), which are no tenant."""
     if not platform:
         return []
     reasons: list[str] = []
-    by_gpu: dict[int, list[dict]] = {}
-    for sample in platform.get("samples") or []:
-        for gpu in sample:
-            by_gpu.setdefault(gpu["index"], []).append(gpu)
-    for index, seen in sorted(by_gpu.items()):
-        slowdowns = sorted({r for g in seen for r in g.get("reasons") or [] if r in SLOWDOWN_REASONS})
-        if slowdowns:
-            reasons.append(f"GPU {index}: {', '.join(slowdowns)}")
-        busy = [g for g in seen if "idle" not in (g.get("reasons") or []) and g.get("sm_mhz") and g.get("max_sm_mhz")]
-        if busy:
-            clock, top = median(g["sm_mhz"] for g in busy), max(g["max_sm_mhz"] for g in busy)
-            if clock < CLOCK_FLOOR * top:
-                states = sorted({g["pstate"] for g in busy if g.get("pstate")})
-                reasons.append(f"GPU {index}: SM clock {clock:.0f} of its {top:.0f} MHz while working"
-                               + (f" (p-state {', '.join(states)})" if states else ""))
+    for gpu in gpus(platform):
+        index = gpu["index"]
+        if gpu["slowdowns"]:
+            reasons.append(f"GPU {index}: {', '.join(gpu['slowdowns'])}")
+        if gpu["sm_clock_ratio"] is not None and gpu["sm_mhz"] < CLOCK_FLOOR * gpu["max_sm_mhz"]:
+            states = gpu["pstates"]
+            reasons.append(f"GPU {index}: SM clock {gpu['sm_mhz']:.0f} of its {gpu['max_sm_mhz']:.0f} MHz while working"
+                           + (f" (p-state {', '.join(states)})" if states else ""))
     tenants = [p for p in platform.get("gpu_processes") or [] if p["pid"] not in ours]
     if tenants:
         reasons.append("another process on the GPU: " + ", ".join(f"pid {p['pid']} ({p['name']})" for p in tenants))
     return reasons
-

@@ -135,7 +135,9 @@ def public_url(ctx: Context) -> str:
 
 
 def write_files(ctx: Context, text: str) -> None:
-    """The config, the 401 body, and the links to the certificate and its key."""
+    """The config, the 401 body, and the links to the certificate and its key; and for Prometheus, the release
+    each slot serves from now and front.hold_s (whenever the config is written: the front door moves, or its
+    settings change)."""
     layout = ctx.layout
     directory(layout).mkdir(mode=0o700, parents=True, exist_ok=True)
     write_atomic(unauthorized_path(layout), json.dumps(UNAUTHORIZED) + "\n")
@@ -145,6 +147,7 @@ def write_files(ctx: Context, text: str) -> None:
         if ctx.spec.front.tls:
             os.symlink(ctx.host_path(getattr(ctx.spec.front.tls, target)), path)
     write_atomic(config_path(layout), text, mode=0o600)
+    write_textfile(ctx)
 
 
 @dataclass(frozen=True)
@@ -361,10 +364,10 @@ def running(ctx: Context) -> bool:
 
 
 def describe(ctx: Context) -> dict:
-    """For `status`: where the front door is, where it points, whether it is up."""
+    """For `status`: where the front door is, where it points, whether it is up, which release each slot serves."""
     found = {"url": public_url(ctx), "points_at": None, "up": False,
              "metrics": f"http://{ctx.spec.front.metrics}/metrics" if ctx.spec.front.metrics else None,
-             "problem": None}
+             "problem": None, "slots": slot_map(ctx)}
     try:
         if not running(ctx):
             return {**found, "problem": "HAProxy does not run"}
@@ -376,3 +379,72 @@ def describe(ctx: Context) -> dict:
         return {**found, "problem": f"HAProxy's admin socket: {exc}"}
     found.update(up=True, points_at=f"127.0.0.1:{live[0]}" if live else None)
     return found
+
+
+# ------------------------------------------------------------------------------------------ releases per slot
+# HAProxy's exporter names a slot's series after its server (proxy="NAME-engine", server="a"), whatever release
+# it serves: renaming servers would need a reload. The map from slot to release is a series of its own instead,
+# written whenever the front door moves (the only moments clients start reaching another release) or its config
+# changes, which a query joins on (proxy, server) to count requests, errors, latency and bytes per release
+# (docs/observability.md).
+
+TEXTFILE = "ds4_converge_front.prom"  # under ROOT/metrics, beside the fleet's textfile (cli/fleet_facts.py)
+
+
+def slot_map(ctx: Context) -> list[dict]:
+    """[{"server": "a", "port", "release"}, …]: the release each slot serves, or served last (an idle slot keeps
+    its last release, so that its counters, which no longer move, stay its release's). What listens on a slot
+    is the candidate started beside the serving engine, else the deployment that runs; an idle slot keeps the
+    release the map last written gave it, else the newest good one that ran there; None where none ever did."""
+    state, candidate = ctx.state, ctx.candidate
+    listening = [candidate.deployment] if candidate is not None else []
+    listening += [state.current] if state.current is not None else []
+    before = _written_map(ctx.layout)
+    slots_map = []
+    for server, port in zip(("a", "b"), slots(ctx)):
+        found = next((d.release for d in listening if port_of(d) == port), None) or before.get((server, port)) \
+            or next((d.release for d in reversed(state.good) if port_of(d) == port), None)
+        slots_map.append({"server": server, "port": port, "release": found})
+    return slots_map
+
+
+def _map_path(layout: Layout) -> Path:
+    return directory(layout) / "slots.json"
+
+
+def _written_map(layout: Layout) -> dict:
+    """{(server, port): release} as the front door last moved (a damaged or missing file: nothing)."""
+    try:
+        written = json.loads(_map_path(layout).read_text())
+        return {(slot["server"], slot["port"]): slot["release"] for slot in written if isinstance(slot["release"], str)}
+    except (OSError, ValueError, TypeError, KeyError):
+        return {}
+
+
+def metrics_text(ctx: Context) -> str:
+    from ds4_converge.core.textfile import render
+
+    labels = {"root": str(ctx.layout.root), "proxy": f"{ctx.spec.server.name}-engine"}
+    return render([
+        ("ds4_converge_front_slot_info", "The release each engine slot of the front door serves (always 1): join "
+         "HAProxy's server series on (proxy, server) to count them per release.",
+         [({**labels, "server": slot["server"], "port": slot["port"], "release": slot["release"]}, 1)
+          for slot in slot_map(ctx) if slot["release"]]),
+        ("ds4_converge_front_hold_seconds", "front.hold_s: how long the front door holds a request while no "
+         "engine serves.", [(labels, ctx.spec.front.hold_s)]),
+    ])
+
+
+def forget_textfile(layout: Layout) -> None:
+    (layout.root / "metrics" / TEXTFILE).unlink(missing_ok=True)
+    _map_path(layout).unlink(missing_ok=True)
+
+
+def write_textfile(ctx: Context) -> None:
+    """The map as the front door moves: kept (front/slots.json) and written for the node exporter. Best effort:
+    metrics never fail a switch (a full disk, say); the next move writes them again."""
+    try:
+        write_atomic(_map_path(ctx.layout), json.dumps(slot_map(ctx)) + "\n")
+        write_atomic(ctx.layout.root / "metrics" / TEXTFILE, metrics_text(ctx))
+    except OSError as exc:
+        ctx.say(f"warning: the front door's release map for Prometheus was not written ({exc})")

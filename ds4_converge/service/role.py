@@ -293,6 +293,8 @@ def _write_config(ctx: Context, *, path: Path, text: str, before: str | None = N
     ctx.layout.ensure()
     write_atomic(path, text)
     crash_point("supervisord-conf")
+    if not front.enabled(ctx):  # no front door (any more): no slots for Prometheus to join on
+        front.forget_textfile(ctx.layout)
     if ctx.supervisor.is_running():  # a front door added, changed or removed: supervisord learns it now
         if front.enabled(ctx):
             return "supervisord config updated; " + _start_front(ctx, before=before)

@@ -98,6 +98,9 @@ def installed(tmp_path_factory) -> Path:
     assert {name.split("/")[0] for name in names} <= ALLOWED_TOP, sorted(names)
     assert not [n for n in names if n.endswith((".pyc", ".whl")) or "__pycache__" in n], names
     assert "playbooks/canary.yml" in names and "playbooks/status.yml" in names
+    # what Prometheus and Grafana need (docs/observability.md)
+    assert {"playbooks/prometheus.yml", "roles/ds4_converge/files/prometheus/ds4-converge-rules.yml",
+            "roles/ds4_converge/files/grafana/ds4-converge-dashboard.json"} <= set(names), sorted(names)
     assert not [n for n in names if n.startswith("tests/") and not n.startswith("tests/sanity")], names
     install = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", "-p", str(scratch / "c"),
                               str(tarball)], cwd=scratch, env=env, capture_output=True, text=True, timeout=120)

@@ -1,6 +1,8 @@
 """The Prometheus textfile of cli/fleet_facts.py, read back with prometheus_client's parser."""
 from __future__ import annotations
 
+import json
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from ds4_converge.cli import fleet_facts
@@ -32,3 +34,28 @@ def test_written_by_rename_over_the_old_file(tmp_path):
     assert path.stat().st_ino != first  # a new file renamed over the old one, never rewritten in place
     assert parsed(path.read_text())["ds4_converge_healthy"][1] == 0
     assert [p.name for p in path.parent.iterdir()] == [fleet_facts.TEXTFILE]
+
+
+def test_the_last_bench_s_gpu_clocks_and_slowdowns_become_series(tmp_path):
+    """The clock facts the performance gate reads (health/platform.py), for the throttled-clocks alert."""
+    busy = {"index": 0, "sm_mhz": 1200.0, "max_sm_mhz": 3000.0, "pstate": "P2", "reasons": ["software power cap"]}
+    record = {"at": "2026-12-01T20:01:00+00:00", "release": "r1",
+              "cases": [{"concurrency": 1, "prompt_tokens_target": 8, "decode_tps": {"median": 20.0}}],
+              "platform": {"samples": [[busy, {"index": 1, "sm_mhz": 2900.0, "max_sm_mhz": 3000.0, "reasons": []}]],
+                           "gpu_processes": []}}
+    results = tmp_path / "results.jsonl"
+    results.write_text(json.dumps(record) + "\n")
+    bench = fleet_facts.last_bench(results)
+    assert bench["gpus"] == [{"index": 0, "sm_clock_ratio": 0.4, "slowdowns": ["software power cap"]},
+                             {"index": 1, "sm_clock_ratio": 0.967, "slowdowns": []}]
+    families = {f.name: f.samples for f in text_string_to_metric_families(
+        fleet_facts.metrics_text(dict(FACTS, last_bench=bench), command="status", ok=True, now=1.0))}
+    assert {(s.labels["gpu"], s.value) for s in families["ds4_converge_bench_gpu_sm_clock_ratio"]} == \
+        {("0", 0.4), ("1", 0.967)}
+    assert [(s.labels["gpu"], s.labels["reason"]) for s in families["ds4_converge_bench_gpu_slowdown"]] == \
+        [("0", "software power cap")]
+    # a bench without a GPU (the CPU build): no GPU series at all
+    del record["platform"]
+    results.write_text(json.dumps(record) + "\n")
+    text = fleet_facts.metrics_text(dict(FACTS, last_bench=fleet_facts.last_bench(results)), command="status", ok=True)
+    assert "gpu" not in text
