@@ -6,10 +6,18 @@ BIN    := $(VENV)/bin
 SPEC   ?= spec/examples/sim.yaml
 ARGS   ?=
 
+# README's floor, checked before a venv is made from PYTHON (pyproject.toml's requires-python says the same)
+PYTHON_FLOOR := 3.11
+define check_python_floor
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < tuple(map(int, "$(PYTHON_FLOOR)".split("."))))' 2>/dev/null || { \
+		echo "ds4-converge needs Python >= $(PYTHON_FLOOR); $(PYTHON) is: $$($(PYTHON) --version 2>&1 || echo not found). Name another: make ... PYTHON=/usr/bin/python3.11" >&2; exit 1; }
+endef
+
 .PHONY: run test system-deps test-fast lint-imports stop status check logs schema docs clean collection collection-build sanity
 
 # What running the tool needs, and nothing else (no test or fleet tools): make run, check, status, stop.
 $(VENV)/.installed-run: pyproject.toml
+	$(check_python_floor)
 	@echo "==> $(VENV): installing ds4-converge and what running it needs (docs/architecture.md says why each dependency is here)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check --upgrade pip
@@ -19,6 +27,7 @@ $(VENV)/.installed-run: pyproject.toml
 # The developer's venv: the test, fleet and plot tools too (pytest, jsonschema, import-linter, ansible-core,
 # molecule, matplotlib).
 $(VENV)/.installed-dev: pyproject.toml
+	$(check_python_floor)
 	@echo "==> $(VENV): installing ds4-converge with its test and fleet tools"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check --quiet --upgrade pip
@@ -63,7 +72,7 @@ test: system-deps lint-imports $(ANSIBLE_TEST_WHEELS)/.downloaded collection
 # haproxy, the ssh client, iproute2, a C compiler...: installed as root, named with the command to install them
 # otherwise (make stops before the first test)
 system-deps:
-	@bash .ci/system-deps.sh
+	@PYTHON=$(PYTHON) bash .ci/system-deps.sh
 
 # Under 10 s on 2 idle cores: a few hypothesis examples per property (make test runs them all), and only the
 # plugins these tests use (testinfra and anyio serve the fleet tests: loading them costs a second; the

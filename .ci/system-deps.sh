@@ -11,7 +11,7 @@
 #   ssh, sftp          Ansible's ssh connection and testinfra (openssh-client); the ssh *server* of the fleet
 #                      tests is molecule/shared/loopback_sshd.py (asyncssh, as the test user): no sshd needed
 #   haproxy            the rolling upgrade behind a real HAProxy (molecule/haproxy), run as the test user
-#   python3 -m venv    .venv (python3-venv)
+#   python3 -m venv    .venv (python3-venv; make's PYTHON, python3 by default)
 # Missing ones: as root, apt-get installs them; otherwise one line names them and the command, and the script
 # exits 1, so make stops before the first test.
 set -euo pipefail
@@ -21,7 +21,7 @@ for tool in git make gcc; do command -v "$tool" >/dev/null || need+=("$tool"); d
 command -v ss >/dev/null || [ -x /usr/sbin/ss ] || [ -x /sbin/ss ] || need+=(iproute2)
 { command -v ssh >/dev/null && command -v sftp >/dev/null; } || need+=(openssh-client)
 command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
-python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+"${PYTHON:-python3}" -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 if [ "$EUID" -eq 0 ] && command -v apt-get >/dev/null; then
