@@ -3,11 +3,11 @@ certificate there, the public and metrics ports free (or ours)."""
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 
 from ds4_converge.core.context import Context
 from ds4_converge.core.plan import Finding
+from ds4_converge.facts import programs
 
 PACKAGE = "haproxy"  # Debian and Ubuntu's package, which has the Prometheus exporter built in
 
@@ -17,8 +17,9 @@ def findings(ctx: Context) -> list[Finding]:
     if front is None:
         return []
     out: list[Finding] = []
-    if shutil.which("haproxy") is None:
-        out.append(Finding("error", "front: haproxy is not installed (the front door is HAProxy)",
+    if programs.haproxy() is None:
+        out.append(Finding("error", f"front: haproxy is not installed (the front door is HAProxy; looked on "
+                                    f"{programs.haproxy_looked_in()})",
                            fix=f"apt-get install {PACKAGE}"))
     out += _key_file(ctx)
     if front.tls:

@@ -17,6 +17,7 @@ from ds4_converge.core.layout import write_atomic
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
 from ds4_converge.core.shell import CommandFailed
 from ds4_converge.engine_knowledge import load as load_knowledge
+from ds4_converge.facts import programs
 from ds4_converge.core.state import Deployment
 from ds4_converge.models.gguf import judge_files
 from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
@@ -112,7 +113,7 @@ def plan(ctx: Context) -> RolePlan:
     name, layout, supervisor = ctx.spec.server.name, ctx.layout, ctx.supervisor
     changes: list[Change] = []
     notes: list[Finding] = []
-    haproxy = (shutil.which("haproxy") or "haproxy") if front.enabled(ctx) else None
+    haproxy = (programs.haproxy() or "haproxy") if front.enabled(ctx) else None
     try:
         main_conf = render.supervisord_conf(layout, front=front.haproxy_argv(layout, haproxy) if haproxy else None,
                                             cache=ctx.renders)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -16,8 +15,9 @@ import pytest
 import requests
 
 from boxes import FRONT_KEY, Box, free_port, two_free_ports, with_front
+from ds4_converge.facts import programs
 
-pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")
+pytestmark = pytest.mark.skipif(programs.haproxy() is None, reason="haproxy is not installed")
 
 KEY = FRONT_KEY
 QUESTION = {"model": "deepseek-chat", "max_tokens": 16,
