@@ -178,3 +178,26 @@ def engine_pids(root: Path) -> set[int]:
     return {p.pid for p in processes.every()
             if any(b"ds4-server" in arg for arg in processes.cmdline(p.pid))
             and str(root).encode() in b"\0".join(processes.cmdline(p.pid))}
+
+
+# Mounting needs root: a plain user's make test skips the tests that fill or freeze a real disk (README, "Tests a
+# plain user skips").
+MOUNT_NEEDS_ROOT = "mounts a small tmpfs (a disk that fills, a read-only disk): needs root"
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str, *options: str):
+    """A real tmpfs of `size` mounted at path (made here) while the block runs; the test skips where it cannot be."""
+    import pytest
+
+    path.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip(MOUNT_NEEDS_ROOT)
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join([f"size={size}", "mode=0755", *options]), "tmpfs",
+                            str(path)], capture_output=True, text=True)
+    if mount.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)

@@ -8,6 +8,7 @@ import stat
 from ds4_converge.core.context import Context
 from ds4_converge.core.plan import Finding
 from ds4_converge.facts import programs
+from ds4_converge.preflight.rules import held_by
 
 PACKAGE = "haproxy"  # Debian and Ubuntu's package, which has the Prometheus exporter built in
 
@@ -57,8 +58,8 @@ def _held(ctx: Context, field: str, port: int) -> list[Finding]:
 
     listeners = port_holders(port)
     ours = ctx.supervisor.owns(l.pid for l in listeners if l.pid) if listeners else set()
-    return [Finding("error", f"{field}: port {port} is held by "
-                             + (f"pid {l.pid} ({l.command or '?'})" if l.pid else "a process this user cannot see")
-                             + ", which ds4-converge does not manage",
-                    fix=f"stop it or choose another {field}")
+    return [Finding("error", f"{field}: port {port} is held by {held_by(l, field)[0]}", fix=held_by(l, field)[1])
+            if l.pid else
+            Finding("error", f"{field}: port {port} is held by a process this user cannot see, which ds4-converge "
+                             f"does not manage", fix=f"stop it or choose another {field}")
             for l in listeners if l.pid is None or l.pid not in ours]

@@ -1,11 +1,10 @@
 """The models role through the real CLI: downloads from a loopback server, resume, verification, identity,
 memory budget, free space. The simulated engine loads the synthetic main model."""
 import hashlib
-import subprocess
 
 import pytest
 
-from boxes import MODEL
+from boxes import MODEL, tmpfs
 
 
 def serve_model(file_server, data: bytes, name="tiny-ds4flash.gguf") -> str:
@@ -121,12 +120,8 @@ def test_check_mode_counts_model_files_not_changes(box, file_server):
 
 @pytest.fixture
 def tiny_disk(tmp_path):
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)]).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    yield mount
-    subprocess.run(["umount", str(mount)])
+    with tmpfs(tmp_path / "tiny", "64k") as mount:
+        yield mount
 
 
 def test_no_space_gives_the_numbers_and_downloads_nothing(box, file_server, tiny_disk):
