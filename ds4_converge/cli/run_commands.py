@@ -188,7 +188,8 @@ COMMANDS = [
                         "good. Each role's line prints as it finishes; long waits show their progress."),
     Command("validate", "validate SPEC only (with --set), touching nothing", validate,
             epilog="exit codes:\n    0  valid\n    2  invalid: each problem as FILE:LINE:COL: field.path: message"),
-    Command("schema", "print the JSON Schema of the spec", schema, takes_spec=False, json=False),
+    Command("schema", "print the JSON Schema of the spec", schema, takes_spec=False, json=False,
+            epilog="exit codes:\n    0  printed\n    2  usage"),
     Command("rollback", "back to last good, or from last good to the good release before it, through the probe",
             rollback, epilog=ROLLBACK_EXITS),
 ]

@@ -92,6 +92,16 @@ def test_a_word_that_is_neither_a_command_nor_a_spec_names_the_commands(tmp_path
         assert "no command" not in capsys.readouterr().err, word
 
 
+def test_a_mistyped_command_gets_a_did_you_mean(capsys):
+    assert cli.main(["stauts", "spec.yaml"]) == 2
+    assert "no command 'stauts' and no spec file of that name (did you mean 'status'?); commands:" in \
+        capsys.readouterr().err
+    assert cli.main(["help", "rollbak"]) == 2
+    assert "no command 'rollbak' (did you mean 'rollback'?)" in capsys.readouterr().err
+    assert cli.main(["frobnicate"]) == 2
+    assert "did you mean" not in capsys.readouterr().err  # nothing near: no guess
+
+
 def _json(argv, capsys) -> str:
     cli.main(argv)
     return capsys.readouterr().out
