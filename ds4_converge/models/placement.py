@@ -69,3 +69,26 @@ def placements(model: Model, expand: Expander, models_dir: Path) -> list[Placeme
             continue
         out.append(Placement(slot, entry, path, fetch, source))
     return out
+
+
+def missing_without_source(loaded, want: Placement) -> str:
+    """A model file that is not there and cannot be fetched: its spec line, the path as read, and how to give a
+    source (validate says the same as a note)."""
+    return loaded.locate(
+        f"model.{want.slot}", f"{want.path} does not exist{loaded.relative_to_spec(want.entry.source)}, and the spec "
+        f"gives no source to download it from (fix: put the file there, or give one: model.{want.slot}: "
+        f"{{source: hf://OWNER/REPO/FILE.gguf}} or an https:// URL, docs/spec.md)")
+
+
+def missing_here(loaded) -> list[str]:
+    """For `validate`: the spec's local model files that are not on this host and have no source, each said as
+    the run would say it. Only plain paths are looked at (~ and $VARS are the service user's, read by a run)."""
+    import os
+
+    def expand(raw: str) -> Path:
+        if raw.startswith("~") or "$" in raw:
+            raise UnknownVariable(raw)
+        return Path(os.path.normpath(loaded.base_dir / raw))
+
+    return [missing_without_source(loaded, want) for want in placements(loaded.spec.model, expand, loaded.base_dir)
+            if want.path is not None and not want.fetch and not want.path.exists()]

@@ -18,7 +18,7 @@ from ds4_converge.models.budget import SSD_STREAMING, Room, estimate, integrated
 from ds4_converge.models.digests import check_in_place
 from ds4_converge.engine_knowledge import FORK, for_version, known_versions
 from ds4_converge.models.gguf import judge_files, read_gguf_header
-from ds4_converge.models.placement import SLOTS, Placement, dest_is_file, placements
+from ds4_converge.models.placement import SLOTS, Placement, dest_is_file, missing_without_source, placements
 from ds4_converge.spec.sources import parse_source
 from ds4_converge.units import human_bytes
 
@@ -48,8 +48,7 @@ def plan(ctx: Context) -> RolePlan:
             continue
         if not want.fetch:
             if not want.path.exists():
-                raise RoleFailed(f"model.{want.slot}: {want.path} does not exist, and the spec gives no source to "
-                                 "download it from")
+                raise RoleFailed(missing_without_source(ctx.loaded, want))
             raise RoleFailed(f"model.{want.slot}: {want.path}: {why}; the file was not used")
         if why.endswith("not a regular file") or why.startswith("missing ("):
             raise RoleFailed(f"model.{want.slot}.dest: {want.path} is {why.removesuffix(', not a regular file')}: a "

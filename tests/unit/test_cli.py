@@ -102,6 +102,39 @@ def test_a_mistyped_command_gets_a_did_you_mean(capsys):
     assert "did you mean" not in capsys.readouterr().err  # nothing near: no guess
 
 
+def test_validate_notes_a_model_file_a_run_here_would_miss_with_its_line_and_the_folder_paths_are_read_from(
+        tmp_path, capsys):
+    """A spec copied out of the repository keeps its relative paths, which now name other files: still a valid
+    spec (its model may be on another host), but validate says what a run here would say, and where."""
+    copied = tmp_path / "copy" / "sim.yaml"
+    copied.parent.mkdir()
+    copied.write_text((REPO / "spec/examples/sim.yaml").read_text())
+    assert cli.main(["validate", str(copied)]) == 0
+    out = capsys.readouterr().out
+    line = next(n for n, text in enumerate(copied.read_text().splitlines(), 1) if text.strip().startswith("main:"))
+    assert f"note: a run on this host would fail: {copied}:{line}:3: model.main: " in out, out
+    assert (f"(../../engine/models/tiny-ds4flash.gguf, read relative to the spec file's folder {copied.parent})"
+            in out), out
+    assert "give one: model.main: {source: hf://" in out, out
+    document = check_document(_json(["validate", str(copied), "--json"], capsys), 0)
+    assert len(document["notes"]) == 1 and "model.main" in document["notes"][0], document
+    assert cli.main(["validate", str(REPO / "spec/examples/sim.yaml")]) == 0
+    assert "note" not in capsys.readouterr().out  # in place, its model is there
+
+
+@pytest.mark.slow  # the CLI in a subprocess
+def test_a_run_that_misses_a_model_file_names_its_spec_line_and_how_to_give_a_source(tmp_path):
+    copied = tmp_path / "copy" / "sim.yaml"
+    copied.parent.mkdir()
+    copied.write_text((REPO / "spec/examples/sim.yaml").read_text())
+    proc = run_cli(str(copied), "--check", "--json", "--set", f"paths.root={tmp_path / 'root'}", "--set",
+                   "server.port=1")
+    error = check_document(proc.stdout, 1)["error"]
+    assert f"{copied}:" in error and ": model.main: " in error, error
+    assert "read relative to the spec file's folder" in error and "{source: hf://" in error, error
+    assert not (tmp_path / "root").exists()
+
+
 def _json(argv, capsys) -> str:
     cli.main(argv)
     return capsys.readouterr().out
