@@ -230,6 +230,31 @@ def test_the_status_table_has_no_python_words():
     assert not any(word in text for word in ("None", "True", "False"))
 
 
+def _status(**fields) -> str:
+    document = report.document("status", **{
+        "ok": True, "exit_code": 0, "error": None, "healthy": True, "never_converged": False, "state": "RUNNING",
+        "pid": 42, "uptime_s": 5, "release": "r1", "endpoint": "http://127.0.0.1:8001", "last_good": "r1",
+        "last_good_at": "t", "last_run": None, "name": "ds4", "root": "/srv/ds4", "spec": "s.yaml", **fields})
+    check_document(json.dumps(document), document["exit_code"])
+    return "\n".join(report.plain(line) for line in report.status_lines(document))
+
+
+def test_with_a_front_door_status_headlines_its_url_not_the_engines_keyless_slot():
+    front = {"url": "http://127.0.0.1:8000", "points_at": "127.0.0.1:8001", "up": True, "metrics": None}
+    head, *rows = _status(front=front).splitlines()
+    assert head == "ds4: healthy, serving release r1 on http://127.0.0.1:8000", head
+    assert any("front door" in row and "→ engine 127.0.0.1:8001" in row for row in rows), rows
+    assert _status().splitlines()[0].endswith("on http://127.0.0.1:8001")  # no front door: the engine's own
+
+
+def test_a_box_stopped_on_purpose_says_so():
+    head = _status(ok=False, exit_code=1, healthy=False, state="not running", pid=None, release=None, stopped=True,
+                   error="stopped on purpose by `ds4-converge stop` at t; start it again with: ds4-converge s.yaml",
+                   last_run={"command": "stop", "ok": True, "error": None, "release": None, "finished_at": "t"}
+                   ).splitlines()[0]
+    assert head.startswith("ds4: stopped on purpose by `ds4-converge stop` at t; start it again with: "), head
+
+
 def test_the_curl_line_uses_a_model_id_that_v1_models_lists():
     from ds4_converge.health.probe import MODEL_ID
 
