@@ -15,7 +15,8 @@ endef
 
 .PHONY: run test system-deps test-fast lint-imports stop status check logs schema docs clean collection collection-build sanity
 
-# What running the tool needs, and nothing else (no test or fleet tools): make run, check, status, stop.
+# What running the tool needs, and nothing else (no Hugging Face stack, no test or fleet tools): make run, check,
+# status, stop. A spec with hf:// sources needs the `download` extra: $(BIN)/pip install -e '.[download]'.
 $(VENV)/.installed-run: pyproject.toml
 	$(check_python_floor)
 	@echo "==> $(VENV): installing ds4-converge and what running it needs (docs/architecture.md says why each dependency is here)"
@@ -24,14 +25,14 @@ $(VENV)/.installed-run: pyproject.toml
 	$(BIN)/pip install --disable-pip-version-check -e .
 	touch $@
 
-# The developer's venv: the test, fleet and plot tools too (pytest, jsonschema, import-linter, ansible-core,
-# molecule, matplotlib).
+# The developer's venv: hf:// downloads, the test, fleet and plot tools too (huggingface_hub, pytest, jsonschema,
+# import-linter, ansible-core, molecule, matplotlib).
 $(VENV)/.installed-dev: pyproject.toml
 	$(check_python_floor)
 	@echo "==> $(VENV): installing ds4-converge with its test and fleet tools"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check --quiet --upgrade pip
-	$(BIN)/pip install --disable-pip-version-check --quiet -e '.[test,fleet,plot]'
+	$(BIN)/pip install --disable-pip-version-check --quiet -e '.[download,test,fleet,plot]'
 	touch $@ $(VENV)/.installed-run
 
 $(BIN)/ds4-converge: $(VENV)/.installed-dev

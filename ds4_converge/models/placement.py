@@ -11,7 +11,10 @@ from pathlib import Path
 
 from ds4_converge.spec.hostpaths import UnknownVariable
 from ds4_converge.spec.model import Model, ModelFile
-from ds4_converge.spec.sources import LocalSource, parse_source
+from ds4_converge.spec.sources import HfSource, LocalSource, parse_source
+
+#: hf:// sources need huggingface_hub: the `download` extra (`make run` installs only what a run needs)
+HUB_EXTRA = "pip install 'ds4-converge[download]' (in a checkout: .venv/bin/pip install -e '.[download]')"
 
 #: The spec's model slots, in the order the engine's flags name them (-m, --mtp, --dspark).
 SLOTS = ("main", "mtp", "dspark")
@@ -92,3 +95,13 @@ def missing_here(loaded) -> list[str]:
 
     return [missing_without_source(loaded, want) for want in placements(loaded.spec.model, expand, loaded.base_dir)
             if want.path is not None and not want.fetch and not want.path.exists()]
+
+
+def hub_missing(loaded, want: Placement) -> str | None:
+    """An hf:// source where huggingface_hub is not installed: said at plan time, before anything changes."""
+    import importlib.util
+
+    if not isinstance(parse_source(want.entry.source), HfSource) or importlib.util.find_spec("huggingface_hub"):
+        return None
+    return loaded.locate(f"model.{want.slot}", f"{want.entry.source} is an hf:// source, and huggingface_hub, "
+                                               f"which downloads from the Hub, is not installed (fix: {HUB_EXTRA})")
