@@ -6,7 +6,7 @@ converge runs the real `ds4-converge` command in a subprocess, as a person would
 
 Slow (`-m "not slow"` leaves them out; `make test-fast` does): every test under an end-to-end folder, and every
 test that uses a fixture which starts real things (a box, the engine's git repository, the CLI on a fake host, an
-HTTP file server).
+HTTP file server), and those marked so by hand (the CLI or pytest itself in a subprocess).
 """
 from __future__ import annotations
 

@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from session_guard import STRICT_ENV
+
+pytestmark = pytest.mark.slow  # each runs pytest in a subprocess: make test's, not make test-fast's
 
 TESTS = Path(__file__).resolve().parents[1]
 

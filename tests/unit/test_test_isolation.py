@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from user_cache_guard import REAL_USER_CACHE, TEST_CACHES
 
 from ds4_converge.orchestrate import receipt
@@ -27,6 +29,7 @@ def test_the_next_test_has_another():
     assert SEEN and os.environ["XDG_CACHE_HOME"] not in SEEN
 
 
+@pytest.mark.slow  # pytest in a subprocess
 def test_a_test_that_writes_into_the_real_cache_fails(tmp_path):
     """The guard itself, in a pytest of its own whose 'real' cache is a scratch HOME's."""
     (tmp_path / "test_writes.py").write_text(
