@@ -14,6 +14,8 @@ import importlib.util
 import os
 from pathlib import Path
 
+# first: the run's own temporary folder, before anything makes a temporary file (a killed run leaves nothing)
+import run_tmp  # noqa: F401
 import pytest
 from hypothesis import settings
 
@@ -23,7 +25,7 @@ from fakehost import FakeHost
 from user_cache_guard import pytest_runtest_setup, pytest_runtest_teardown, pytest_sessionfinish  # noqa: F401
 
 # --no-skips and --no-leaks, which CI turns on (session_guard.py)
-pytest_plugins = ["session_guard"]
+pytest_plugins = ["session_guard", "run_tmp"]
 
 
 def _make_sim_repo():
