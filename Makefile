@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 SPEC   ?= spec/examples/sim.yaml
+# the next commands `make run` names carry the spec it ran, where it is not the default one
+SPEC_ARG = $(if $(filter-out spec/examples/sim.yaml,$(SPEC)), SPEC=$(SPEC))
 ARGS   ?=
 
 # README's floor, checked before a venv is made from PYTHON (pyproject.toml's requires-python says the same)
@@ -42,7 +44,7 @@ $(BIN)/ds4-converge: $(VENV)/.installed-dev
 # curl line that asks for a model /v1/models lists.
 run: $(VENV)/.installed-run
 	$(BIN)/ds4-converge $(SPEC) $(ARGS)
-	@echo "status: make status    logs: make logs    stop: make stop"
+	@echo "status: make status$(SPEC_ARG)    logs: make logs$(SPEC_ARG)    stop: make stop$(SPEC_ARG)"
 
 check: $(VENV)/.installed-run
 	$(BIN)/ds4-converge $(SPEC) --check --diff $(ARGS)
