@@ -131,7 +131,11 @@ def shipped(tmp_path_factory) -> Path:
     scratch = tmp_path_factory.mktemp("shipped")
     source = _checkout_after_tools(tmp_path_factory.mktemp("checkout"))
     env = _env(scratch / "home")
-    make = subprocess.run(["make", "collection-build", f"VENV={BIN.parent}"], cwd=source, env=env,
+    # -o: the copy's pyproject.toml may be newer than the venv's stamp (a developer just edited it); make must not
+    # then reinstall the running venv from the copy, which is removed after the test (an editable install of it)
+    stamp = BIN.parent / ".installed-dev"
+    make = subprocess.run(["make", "-o", str(stamp), "-o", str(stamp.with_name(".installed-run")), "collection-build",
+                           f"VENV={BIN.parent}"], cwd=source, env=env,
                           capture_output=True, text=True, timeout=300)
     assert make.returncode == 0, make.stdout + make.stderr
     tarball, = (source / "build").glob("ds4-converge-*.tar.gz")
