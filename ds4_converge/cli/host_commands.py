@@ -188,7 +188,9 @@ def init(args, session) -> int:
                 + f", model {starter.model}, ctx {starter.ctx}")
     for note in starter.notes:
         session.say(f"  - {note}")
-    session.say(f"next: ds4-converge {path} --check")
+    from ds4_converge.tool_command import tool_command
+
+    session.say(f"next: {tool_command()} {path} --check")
     return OK
 
 

@@ -12,6 +12,7 @@ import sys
 
 from ds4_converge.cli.command import FAILED, INVALID, OK, CliError
 from ds4_converge.core import interrupts
+from ds4_converge.tool_command import tool_command
 
 # modules whose COMMANDS make up the CLI, in the order `--help` lists them
 COMMAND_MODULES = ("ds4_converge.cli.run_commands", "ds4_converge.cli.service_commands",
@@ -49,7 +50,7 @@ def _main(argv: list[str]) -> int:
             return replayed
         parser = build_parser(commands)
         if not argv:
-            sys.stderr.write(f"usage: {USAGE}\n\nCommands: {', '.join(commands)}.  More: ds4-converge help\n")
+            sys.stderr.write(f"usage: {USAGE}\n\nCommands: {', '.join(commands)}.  More: {tool_command()} help\n")
             return INVALID
         parser.json_mode = json_mode
         _no_such_command(argv, commands)
@@ -135,7 +136,7 @@ def _no_such_command(argv: list[str], commands) -> None:
     if word in commands or word.startswith("-") or os.path.lexists(word) or word.endswith((".yaml", ".yml")):
         return
     raise CliError(INVALID, "usage", f"no command {word!r} and no spec file of that name{did_you_mean(word, commands)}; "
-                                     f"commands: {', '.join(commands)} (ds4-converge help COMMAND)")
+                                     f"commands: {', '.join(commands)} ({tool_command()} help COMMAND)")
 
 
 def did_you_mean(word: str, commands) -> str:
