@@ -177,7 +177,7 @@ def failed_build_log(layout, last_run: dict | None) -> Path | None:
     latest = builds[-1]
     if (layout.releases / latest.stem.removeprefix("build-")).exists():
         return None  # the latest build succeeded
-    if last_run and last_run.get("ok"):
+    if last_run and last_run.get("ok") and last_run.get("command") != "stop":  # a stop builds nothing
         try:
             finished = datetime.fromisoformat(last_run["finished_at"]).timestamp()
         except (TypeError, ValueError):

@@ -140,6 +140,8 @@ def test_logs_show_a_failed_build_only_until_a_later_run_succeeds(box):
     rc, logs = box.json("logs", str(box.spec_path))
     assert rc == 0 and logs["build_log"] and "build-" in logs["build_log"]["path"], logs
     assert "(failed build" in box.cli("logs", str(box.spec_path)).stdout
+    box.stop()  # a stop ends well too, but builds nothing: the failed build is still the news
+    assert box.json("logs", str(box.spec_path))[1]["build_log"], "shown after a stop"
 
     assert box.converge()[0] == 0  # back on the good spec: nothing to build, the run ends well
     rc, logs = box.json("logs", str(box.spec_path))
