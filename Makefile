@@ -11,8 +11,9 @@ ARGS   ?=
 # README's floor, checked before a venv is made from PYTHON (pyproject.toml's requires-python says the same)
 PYTHON_FLOOR := 3.11
 define check_python_floor
-	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < tuple(map(int, "$(PYTHON_FLOOR)".split("."))))' 2>/dev/null || { \
-		echo "ds4-converge needs Python >= $(PYTHON_FLOOR); $(PYTHON) is: $$($(PYTHON) --version 2>&1 || echo not found). Name another: make ... PYTHON=/usr/bin/python3.11" >&2; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < tuple(map(int, "$(PYTHON_FLOOR)".split("."))))' \
+		2>/dev/null || { echo "ds4-converge needs Python >= $(PYTHON_FLOOR); $(PYTHON) is:" \
+		"$$($(PYTHON) --version 2>&1 || echo not found). Name another: make ... PYTHON=/usr/bin/python3.11" >&2; exit 1; }
 endef
 
 .PHONY: run test system-deps test-fast lint-imports stop status check logs schema docs clean collection collection-build sanity

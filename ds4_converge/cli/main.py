@@ -135,8 +135,9 @@ def _no_such_command(argv: list[str], commands) -> None:
     word = argv[0]
     if word in commands or word.startswith("-") or os.path.lexists(word) or word.endswith((".yaml", ".yml")):
         return
-    raise CliError(INVALID, "usage", f"no command {word!r} and no spec file of that name{did_you_mean(word, commands)}; "
-                                     f"commands: {', '.join(commands)} ({tool_command()} help COMMAND)")
+    raise CliError(INVALID, "usage", f"no command {word!r} and no spec file of that name"
+                                     f"{did_you_mean(word, commands)}; commands: {', '.join(commands)} "
+                                     f"({tool_command()} help COMMAND)")
 
 
 def did_you_mean(word: str, commands) -> str:

@@ -30,7 +30,8 @@ def test_a_build_switch_that_goes_with_the_release_says_why():
     before = deployment(release="b030961", flags=("--no-spec",))
     after = deployment(release="8d57664", flags=())
     assert config_changes(before, after) == [
-        "release b030961 → 8d57664", "no-spec on → off (release 8d57664 has no --no-spec: speculation is off either way)"]
+        "release b030961 → 8d57664",
+        "no-spec on → off (release 8d57664 has no --no-spec: speculation is off either way)"]
     assert config_changes(after, before)[1] == ("no-spec off → on (release b030961 has --no-spec: speculation is off "
                                                 "either way)")
     # speculation itself turned on: its own lines say so, and no-spec's is a plain change
