@@ -133,6 +133,12 @@ def test_a_run_that_misses_a_model_file_names_its_spec_line_and_how_to_give_a_so
     assert f"{copied}:" in error and ": model.main: " in error, error
     assert "read relative to the spec file's folder" in error and "{source: hf://" in error, error
     assert not (tmp_path / "root").exists()
+    # the model found: the installer is the next relative path that names nothing here
+    proc = run_cli(str(copied), "--check", "--json", "--set", f"paths.root={tmp_path / 'root'}", "--set",
+                   "server.port=1", "--set", f"model.main={REPO / 'engine/models/tiny-ds4flash.gguf'}")
+    error = check_document(proc.stdout, 1)["error"]
+    assert f"{copied}:" in error and ": engine.installer: " in error, error
+    assert f"(../../engine/sim/install.sh, read relative to the spec file's folder {copied.parent})" in error, error
 
 
 def _json(argv, capsys) -> str:
