@@ -12,7 +12,6 @@ import sys
 
 from ds4_converge.cli.command import FAILED, INVALID, OK, CliError
 from ds4_converge.core import interrupts
-from ds4_converge.tool_command import tool_command
 
 # modules whose COMMANDS make up the CLI, in the order `--help` lists them
 COMMAND_MODULES = ("ds4_converge.cli.run_commands", "ds4_converge.cli.service_commands",
@@ -50,6 +49,8 @@ def _main(argv: list[str]) -> int:
             return replayed
         parser = build_parser(commands)
         if not argv:
+            from ds4_converge.tool_command import tool_command
+
             sys.stderr.write(f"usage: {USAGE}\n\nCommands: {', '.join(commands)}.  More: {tool_command()} help\n")
             return INVALID
         parser.json_mode = json_mode
@@ -135,6 +136,8 @@ def _no_such_command(argv: list[str], commands) -> None:
     word = argv[0]
     if word in commands or word.startswith("-") or os.path.lexists(word) or word.endswith((".yaml", ".yml")):
         return
+    from ds4_converge.tool_command import tool_command
+
     raise CliError(INVALID, "usage", f"no command {word!r} and no spec file of that name"
                                      f"{did_you_mean(word, commands)}; commands: {', '.join(commands)} "
                                      f"({tool_command()} help COMMAND)")

@@ -18,8 +18,6 @@ from __future__ import annotations
 import json
 import sys
 
-from ds4_converge.tool_command import tool_command
-
 STYLE = {"ok": "green", "changed": "yellow", "failed": "bold red", "skipped": "cyan"}
 SCHEMA_FILE = "report.schema.json"
 
@@ -169,6 +167,8 @@ def status_lines(doc: dict) -> list[str]:
         if last_run:
             lines.append(f"  last run: {escape(last_run['command'])} at {last_run['finished_at']}: "
                          f"{escape(one_line(last_run['error'] or 'failed'))}")
+        from ds4_converge.tool_command import tool_command
+
         return lines + [f"  converge it with: {escape(tool_command())} {escape(doc['spec'])}"]
     front = doc.get("front")
     if doc["healthy"]:
