@@ -4,25 +4,38 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 SPEC   ?= spec/examples/sim.yaml
+# the next commands `make run` names carry the spec it ran, where it is not the default one
+SPEC_ARG = $(if $(filter-out spec/examples/sim.yaml,$(SPEC)), SPEC=$(SPEC))
 ARGS   ?=
+
+# README's floor, checked before a venv is made from PYTHON (pyproject.toml's requires-python says the same)
+PYTHON_FLOOR := 3.11
+define check_python_floor
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < tuple(map(int, "$(PYTHON_FLOOR)".split("."))))' \
+		2>/dev/null || { echo "ds4-converge needs Python >= $(PYTHON_FLOOR); $(PYTHON) is:" \
+		"$$($(PYTHON) --version 2>&1 || echo not found). Name another: make ... PYTHON=/usr/bin/python3.11" >&2; exit 1; }
+endef
 
 .PHONY: run test system-deps test-fast lint-imports stop status check logs schema dashboard docs clean collection collection-build sanity
 
-# What running the tool needs, and nothing else (no test or fleet tools): make run, check, status, stop.
+# What running the tool needs, and nothing else (no Hugging Face stack, no test or fleet tools): make run, check,
+# status, stop. A spec with hf:// sources needs the `download` extra: $(BIN)/pip install -e '.[download]'.
 $(VENV)/.installed-run: pyproject.toml
+	$(check_python_floor)
 	@echo "==> $(VENV): installing ds4-converge and what running it needs (docs/architecture.md says why each dependency is here)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check --upgrade pip
 	$(BIN)/pip install --disable-pip-version-check -e .
 	touch $@
 
-# The developer's venv: the test, fleet, plot and observability tools too (pytest, jsonschema, import-linter,
-# ansible-core, molecule, matplotlib, grafana-foundation-sdk).
+# The developer's venv: hf:// downloads, the test, fleet, plot and observability tools too (huggingface_hub,
+# pytest, jsonschema, import-linter, ansible-core, molecule, matplotlib, grafana-foundation-sdk).
 $(VENV)/.installed-dev: pyproject.toml
+	$(check_python_floor)
 	@echo "==> $(VENV): installing ds4-converge with its test and fleet tools"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check --quiet --upgrade pip
-	$(BIN)/pip install --disable-pip-version-check --quiet -e '.[test,fleet,plot,observability]'
+	$(BIN)/pip install --disable-pip-version-check --quiet -e '.[download,test,fleet,plot,observability]'
 	touch $@ $(VENV)/.installed-run
 
 $(BIN)/ds4-converge: $(VENV)/.installed-dev
@@ -32,7 +45,7 @@ $(BIN)/ds4-converge: $(VENV)/.installed-dev
 # curl line that asks for a model /v1/models lists.
 run: $(VENV)/.installed-run
 	$(BIN)/ds4-converge $(SPEC) $(ARGS)
-	@echo "status: make status    logs: make logs    stop: make stop"
+	@echo "status: make status$(SPEC_ARG)    logs: make logs$(SPEC_ARG)    stop: make stop$(SPEC_ARG)"
 
 check: $(VENV)/.installed-run
 	$(BIN)/ds4-converge $(SPEC) --check --diff $(ARGS)
@@ -63,7 +76,7 @@ test: system-deps lint-imports $(ANSIBLE_TEST_WHEELS)/.downloaded collection
 # haproxy, the ssh client, iproute2, a C compiler...: installed as root, named with the command to install them
 # otherwise (make stops before the first test)
 system-deps:
-	@bash .ci/system-deps.sh
+	@PYTHON=$(PYTHON) bash .ci/system-deps.sh
 
 # Under 10 s on 2 idle cores: a few hypothesis examples per property (make test runs them all), and only the
 # plugins these tests use (testinfra and anyio serve the fleet tests: loading them costs a second; the

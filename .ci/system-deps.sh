@@ -14,7 +14,7 @@
 #   prometheus         promtool checks and unit-tests the shipped alert rules; a real prometheus scrapes a box
 #                      through an upgrade and a revert (tests/observability), on loopback, as the test user
 #   prometheus-node-exporter  serves the box's textfiles to that prometheus, as it does on a Spark
-#   python3 -m venv    .venv (python3-venv)
+#   python3 -m venv    .venv (python3-venv; make's PYTHON, python3 by default)
 # Missing ones: as root, apt-get installs them; otherwise one line names them and the command, and the script
 # exits 1, so make stops before the first test.
 set -euo pipefail
@@ -26,7 +26,7 @@ command -v ss >/dev/null || [ -x /usr/sbin/ss ] || [ -x /sbin/ss ] || need+=(ipr
 command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
 { command -v prometheus >/dev/null && command -v promtool >/dev/null; } || need+=(prometheus)
 command -v prometheus-node-exporter >/dev/null || need+=(prometheus-node-exporter)
-python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+"${PYTHON:-python3}" -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 if [ "$EUID" -eq 0 ] && command -v apt-get >/dev/null; then

@@ -73,6 +73,7 @@ class Box:
     def __init__(self, root: Path, repo: Path, port: int):
         self.root, self.repo, self.port = root, repo, port
         self.spec_path = root.parent / f"{root.name}-spec.yaml"
+        self.inside: list[str] = []  # a prefix that runs the CLI in a mount namespace (Disk.inside)
         self.spec = {
             "engine": {"repo": str(repo), "ref": "v0.2.0", "target": "cpu", "jobs": 2},
             "model": {"main": str(MODEL)},
@@ -109,8 +110,8 @@ class Box:
         return self.root.parent / f"{self.root.name}-user-cache"
 
     def cli(self, *args: str, timeout: float = 180, env: dict | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "ds4_converge.cli", *args], capture_output=True, text=True,
-                              timeout=timeout, env={**os.environ, "NO_COLOR": "1",
+        return subprocess.run([*self.inside, sys.executable, "-m", "ds4_converge.cli", *args], capture_output=True,
+                              text=True, timeout=timeout, env={**os.environ, "NO_COLOR": "1",
                                                     "XDG_CACHE_HOME": str(self.user_cache), **(env or {})})
 
     def converge(self, *extra: str, env: dict | None = None) -> tuple[int, dict]:
@@ -178,3 +179,55 @@ def engine_pids(root: Path) -> set[int]:
     return {p.pid for p in processes.every()
             if any(b"ds4-server" in arg for arg in processes.cmdline(p.pid))
             and str(root).encode() in b"\0".join(processes.cmdline(p.pid))}
+
+
+# A real tmpfs for the tests of a disk that fills or is read-only: root mounts it where everyone sees it; a plain
+# user mounts it in a mount namespace of its own (a user namespace that maps the user to itself: the tool runs as
+# that user, not as root) and runs the CLI in there (Disk.inside). Where neither can be, the test skips, saying why.
+
+
+class Disk:
+    """A mounted tmpfs; `inside` is the prefix that runs a command where it is mounted (empty: everywhere)."""
+
+    def __init__(self, path: Path, inside: list[str]):
+        self.path, self.inside = path, inside
+
+    def entries(self) -> list[str]:
+        """What is on the tmpfs itself, as the processes that use it see it."""
+        if not self.inside:
+            return sorted(os.listdir(self.path))
+        code = "import os, sys; print(*sorted(os.listdir(sys.argv[1])), sep=chr(10))"
+        listed = subprocess.run([*self.inside, sys.executable, "-c", code, str(self.path)], capture_output=True,
+                                text=True, check=True)
+        return listed.stdout.split()
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str, *options: str):
+    """A real tmpfs of `size` mounted at path (made here) while the block runs."""
+    import pytest
+
+    path.mkdir()
+    flags = ",".join([f"size={size}", "mode=0755", *options])
+    if os.geteuid() == 0:
+        mount = subprocess.run(["mount", "-t", "tmpfs", "-o", flags, "tmpfs", str(path)], capture_output=True,
+                               text=True)
+        if mount.returncode:
+            pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.strip()}")
+        try:
+            yield Disk(path, [])
+        finally:
+            subprocess.run(["umount", "-l", str(path)], check=False)
+        return
+    # the holder: mounts it (the capabilities a user has in a namespace of its own), then waits; commands join it
+    holder = subprocess.Popen(["unshare", "--map-current-user", "--keep-caps", "--mount", "--propagation", "private",
+                               "sh", "-c", 'mount -t tmpfs -o "$1" tmpfs "$2" && echo mounted && exec sleep 3600',
+                               "sh", flags, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        if holder.stdout.readline().strip() != "mounted":
+            holder.wait(timeout=10)
+            pytest.skip(f"cannot mount a tmpfs in a user namespace here: {holder.stderr.read().strip()}")
+        yield Disk(path, ["nsenter", f"--target={holder.pid}", "--user", "--mount", "--preserve-credentials", "--"])
+    finally:
+        holder.kill()
+        holder.wait()

@@ -6,7 +6,7 @@ converge runs the real `ds4-converge` command in a subprocess, as a person would
 
 Slow (`-m "not slow"` leaves them out; `make test-fast` does): every test under an end-to-end folder, and every
 test that uses a fixture which starts real things (a box, the engine's git repository, the CLI on a fake host, an
-HTTP file server).
+HTTP file server), and those marked so by hand (the CLI or pytest itself in a subprocess).
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import importlib.util
 import os
 from pathlib import Path
 
+# first: the run's own temporary folder, before anything makes a temporary file (a killed run leaves nothing)
+import run_tmp  # noqa: F401
 import pytest
 from hypothesis import settings
 
@@ -23,7 +25,7 @@ from fakehost import FakeHost
 from user_cache_guard import pytest_runtest_setup, pytest_runtest_teardown, pytest_sessionfinish  # noqa: F401
 
 # --no-skips and --no-leaks, which CI turns on (session_guard.py)
-pytest_plugins = ["session_guard"]
+pytest_plugins = ["session_guard", "run_tmp"]
 
 
 def _make_sim_repo():

@@ -47,10 +47,16 @@ def _controller(config) -> bool:
     return not hasattr(config, "workerinput")
 
 
+def _temporary_folder() -> Path:
+    """The host's temporary folder: where a run without run_tmp.py writes, and where one with it keeps its own."""
+    run_tmp = sys.modules.get("run_tmp")
+    return run_tmp.REAL_TMP if run_tmp else Path(tempfile.gettempdir())
+
+
 def outside_entries() -> set[str]:
     """The temporary folder's entries and the home folder's, two levels deep (pytest's own numbered folders aside)."""
     found = set()
-    tmp = Path(tempfile.gettempdir())
+    tmp = _temporary_folder()
     for entry in _listdir(tmp):
         if not entry.startswith("pytest-of-"):
             found.add(str(tmp / entry))
@@ -94,6 +100,8 @@ def pytest_sessionfinish(session, exitstatus):
         # one; a pytest without that plugin has none (importing it here would make one, which nobody removes)
         guard = sys.modules.get("user_cache_guard")
         left = sorted(outside_entries() - _OUTSIDE_BEFORE - ({str(guard.TEST_CACHES)} if guard else set()))
+        run_tmp = sys.modules.get("run_tmp")  # what tests left in the run's own folder (removed just before)
+        left += run_tmp.LEFT if run_tmp else []
         problems += [f"left outside the clone: {path}" for path in left]
     if problems:
         reporter = config.pluginmanager.get_plugin("terminalreporter")

@@ -188,7 +188,9 @@ def init(args, session) -> int:
                 + f", model {starter.model}, ctx {starter.ctx}")
     for note in starter.notes:
         session.say(f"  - {note}")
-    session.say(f"next: ds4-converge {path} --check")
+    from ds4_converge.tool_command import tool_command
+
+    session.say(f"next: {tool_command()} {path} --check")
     return OK
 
 
@@ -196,7 +198,9 @@ COMMANDS = [
     Command("facts", "the host facts preflight reads (GPU, driver, every nvcc, memory, disk, port holders)", facts,
             add_arguments=_facts_arguments, takes_spec=False,
             description="The host facts preflight reads. With SPEC, what that spec needs looked at; with --json, "
-                        "a document another host plans against: `ds4-converge SPEC --check --facts FILE`."),
+                        "a document another host plans against: `ds4-converge SPEC --check --facts FILE`.",
+            epilog="exit codes:\n    0  gathered (a probe that could not run is itself a fact: it says why)\n"
+                   "    1  failed\n    2  SPEC is invalid, or usage"),
     Command("init", "write a starter spec that suits this host", init, add_arguments=_init_arguments,
             takes_spec=False,
             epilog="exit codes:\n    0  written\n    1  failed to write it\n    2  --out exists, or usage"),

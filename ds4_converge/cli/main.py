@@ -49,7 +49,9 @@ def _main(argv: list[str]) -> int:
             return replayed
         parser = build_parser(commands)
         if not argv:
-            sys.stderr.write(f"usage: {USAGE}\n\nCommands: {', '.join(commands)}.  More: ds4-converge help\n")
+            from ds4_converge.tool_command import tool_command
+
+            sys.stderr.write(f"usage: {USAGE}\n\nCommands: {', '.join(commands)}.  More: {tool_command()} help\n")
             return INVALID
         parser.json_mode = json_mode
         _no_such_command(argv, commands)
@@ -134,8 +136,19 @@ def _no_such_command(argv: list[str], commands) -> None:
     word = argv[0]
     if word in commands or word.startswith("-") or os.path.lexists(word) or word.endswith((".yaml", ".yml")):
         return
-    raise CliError(INVALID, "usage", f"no command {word!r} and no spec file of that name; commands: "
-                                     f"{', '.join(commands)} (ds4-converge help COMMAND)")
+    from ds4_converge.tool_command import tool_command
+
+    raise CliError(INVALID, "usage", f"no command {word!r} and no spec file of that name"
+                                     f"{did_you_mean(word, commands)}; commands: {', '.join(commands)} "
+                                     f"({tool_command()} help COMMAND)")
+
+
+def did_you_mean(word: str, commands) -> str:
+    """` (did you mean 'status'?)` for a mistyped command (`stauts`), or nothing when none is near."""
+    import difflib
+
+    near = difflib.get_close_matches(word, list(commands), n=1, cutoff=0.6)
+    return f" (did you mean {near[0]!r}?)" if near else ""
 
 
 def _command_name(argv: list[str]) -> str:
@@ -227,7 +240,8 @@ def registry() -> dict:
         found["help"] = Command("help", "show help: of ds4-converge, or of one COMMAND", _help,
                                 add_arguments=lambda p: p.add_argument("topic", nargs="?", metavar="COMMAND",
                                                                        help="the command to explain"),
-                                takes_spec=False, json=False)
+                                takes_spec=False, json=False,
+                                epilog="exit codes:\n    0  shown\n    2  no such command, or usage")
         _REGISTRY = found
     return _REGISTRY
 
@@ -239,7 +253,8 @@ def _help(args, session) -> int:
         return OK
     sub = parser.subparsers.choices.get(args.topic)
     if sub is None:
-        sys.stderr.write(f"ds4-converge: no command {args.topic!r}; commands: {', '.join(registry())}\n")
+        sys.stderr.write(f"ds4-converge: no command {args.topic!r}{did_you_mean(args.topic, registry())}; "
+                         f"commands: {', '.join(registry())}\n")
         return INVALID
     sub.print_help()
     return OK

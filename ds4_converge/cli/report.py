@@ -167,9 +167,16 @@ def status_lines(doc: dict) -> list[str]:
         if last_run:
             lines.append(f"  last run: {escape(last_run['command'])} at {last_run['finished_at']}: "
                          f"{escape(one_line(last_run['error'] or 'failed'))}")
-        return lines + [f"  converge it with: ds4-converge {escape(doc['spec'])}"]
+        from ds4_converge.tool_command import tool_command
+
+        return lines + [f"  converge it with: {escape(tool_command())} {escape(doc['spec'])}"]
+    front = doc.get("front")
     if doc["healthy"]:
-        head = f"{name}: [green]healthy[/], serving release {escape(doc['release'])} on {doc['endpoint']}"
+        # clients come through the front door (with a key); the engine's own slot is a row below
+        where = front["url"] if front and front["up"] else doc["endpoint"]
+        head = f"{name}: [green]healthy[/], serving release {escape(doc['release'])} on {where}"
+    elif doc.get("stopped"):
+        head = f"{name}: [bold]stopped[/]{escape(doc['error'].removeprefix('stopped'))}"
     elif doc["state"] == "unknown":
         head = f"{name}: [bold red]cannot tell what serves[/]: {escape(doc['error'].removeprefix('cannot tell what runs: '))}"
     elif doc["release"]:
@@ -185,7 +192,6 @@ def status_lines(doc: dict) -> list[str]:
     if watch.get("last_restart"):
         last = watch["last_restart"]
         rows.append(("watchdog", f"{watch['incidents']} incident(s); last restart {last['at']}: {last['cause']}"))
-    front = doc.get("front")
     if front:
         where = (f"→ engine {front['points_at']}" if front["points_at"] else "→ no engine slot in service") \
             if front["up"] else f"down ({front.get('problem') or 'HAProxy does not run'})"

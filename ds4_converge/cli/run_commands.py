@@ -128,11 +128,16 @@ def finish(session, command: str, outcome, code: int, *, check: bool, switch: di
 def validate(args, session) -> int:
     from ds4_converge.cli import report
 
-    session.load_spec()
+    from ds4_converge.models.placement import missing_here
+
+    # valid is about the spec itself (its model may be on another host): a file a run here would miss is a note
+    notes = missing_here(session.load_spec())
     if session.json:
-        session.emit(report.document("validate", ok=True, exit_code=OK, spec=str(args.spec)))
+        session.emit(report.document("validate", ok=True, exit_code=OK, spec=str(args.spec), notes=notes))
     else:
         session.say(f"{args.spec}: valid")
+        for note in notes:
+            session.say(f"  note: a run on this host would fail: {note}")
     return OK
 
 
@@ -188,7 +193,8 @@ COMMANDS = [
                         "good. Each role's line prints as it finishes; long waits show their progress."),
     Command("validate", "validate SPEC only (with --set), touching nothing", validate,
             epilog="exit codes:\n    0  valid\n    2  invalid: each problem as FILE:LINE:COL: field.path: message"),
-    Command("schema", "print the JSON Schema of the spec", schema, takes_spec=False, json=False),
+    Command("schema", "print the JSON Schema of the spec", schema, takes_spec=False, json=False,
+            epilog="exit codes:\n    0  printed\n    2  usage"),
     Command("rollback", "back to last good, or from last good to the good release before it, through the probe",
             rollback, epilog=ROLLBACK_EXITS),
 ]

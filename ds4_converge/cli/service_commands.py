@@ -11,7 +11,8 @@ from ds4_converge.cli.values import number
 
 STATUS_EXITS = """exit codes:
     0  healthy: the engine runs and /v1/models lists the model
-    1  not healthy: converged here before, but nothing runs or it does not answer
+    1  not healthy: converged here before, but nothing runs (stopped on purpose: the message says so) or it does
+       not answer
     2  invalid spec or usage
     4  never converged under this root"""
 
@@ -24,7 +25,7 @@ def status(args, session) -> int:
     state = ctx.state
     never = state.current is None and not state.good and serving["pid"] is None
     part = ctx.spec.distributed
-    healthy, error = False, None
+    healthy, error, stopped = False, None, False
     if serving["state"] == "unknown" and session.serving_unknown:
         never, code, error = False, FAILED, f"cannot tell what runs: {session.unknown_words()}"
     elif never:
@@ -33,6 +34,12 @@ def status(args, session) -> int:
         code, error = FAILED, (f"supervisord of {ctx.layout.root} is gone, but what it started still runs "
                                f"unsupervised (pid {', '.join(map(str, left))}): the next run replaces it, "
                                f"`ds4-converge stop` stops it")
+    elif serving["release"] is None and _stopped_on_purpose(session.last_run()):
+        from ds4_converge.tool_command import tool_command
+
+        stopped = True
+        code, error = FAILED, (f"stopped on purpose by `ds4-converge stop` at {session.last_run()['finished_at']}; "
+                               f"start it again with: {tool_command()} {args.spec}")
     elif serving["release"] is None:
         code, error = FAILED, ("nothing runs" if serving["state"] in ("not running", "STOPPED")
                                else f"the engine is {serving['state']}")
@@ -61,7 +68,7 @@ def status(args, session) -> int:
         last_revert=fleet_facts.last_revert(ctx.layout.logs), last_bench=fleet_facts.last_bench(ctx.layout.bench_results),
         watchdog=fleet_facts.watchdog_summary(ctx.layout.root),
         name=ctx.spec.server.name, root=str(ctx.layout.root), spec=str(args.spec), distributed=distributed,
-        front=front_status(ctx))
+        front=front_status(ctx), stopped=stopped)
     if ctx.layout.root.is_dir():
         fleet_facts.after_run(ctx.layout.root, document, healthy=healthy)
     if session.json:
@@ -72,6 +79,10 @@ def status(args, session) -> int:
         if distributed and distributed.get("state"):
             session.say(f"worker {part.layers}: {distributed['state']}")
     return code
+
+
+def _stopped_on_purpose(last_run: dict | None) -> bool:
+    return bool(last_run) and last_run["command"] == "stop" and last_run["ok"]
 
 
 def front_status(ctx) -> dict | None:
@@ -166,7 +177,7 @@ def failed_build_log(layout, last_run: dict | None) -> Path | None:
     latest = builds[-1]
     if (layout.releases / latest.stem.removeprefix("build-")).exists():
         return None  # the latest build succeeded
-    if last_run and last_run.get("ok"):
+    if last_run and last_run.get("ok") and last_run.get("command") != "stop":  # a stop builds nothing
         try:
             finished = datetime.fromisoformat(last_run["finished_at"]).timestamp()
         except (TypeError, ValueError):
@@ -204,7 +215,10 @@ def stop(args, session) -> int:
                else f"nothing running under {ctx.layout.root}")
     if ctx.layout.root.is_dir():
         from ds4_converge.cli import fleet_facts
+        from ds4_converge.cli.session import write_run_record
 
+        if stopped:  # status then says the box was stopped on purpose, not that it fell over
+            write_run_record(ctx.layout.logs, {"command": "stop", "ok": True})
         fleet_facts.after_run(ctx.layout.root, {"command": "stop", "ok": True, "release": None}, healthy=False)
     if session.json:
         session.emit(report.document("stop", ok=True, exit_code=OK, stopped=stopped, message=message))

@@ -271,10 +271,20 @@ def _guard_pid(holder: str) -> int | None:
 
 
 def write_last_run(logs, document: dict) -> None:
+    """ROOT/logs/last-run.json, and the fleet's facts of a converge or rollback."""
+    write_run_record(logs, document)
+    from ds4_converge.cli import fleet_facts
+
+    if not document.get("check"):
+        fleet_facts.record_revert(logs, document)
+        fleet_facts.after_run(logs.parent, document, healthy=bool(document["ok"] or document.get("reverted")))
+
+
+def write_run_record(logs, document: dict) -> None:
     """ROOT/logs/last-run.json: atomic but not fsynced (a record lost to a power cut costs nothing, a no-op run
-    stays fast)."""
-    record = {"command": document["command"], "ok": document["ok"], "error": document["error"],
-              "release": document["release"], "finished_at": _now()}
+    stays fast). `stop` writes one too, so that `status` can say the box was stopped on purpose."""
+    record = {"command": document["command"], "ok": document["ok"], "error": document.get("error"),
+              "release": document.get("release"), "finished_at": _now()}
     path = logs / LAST_RUN
     tmp = path.with_name(f".{LAST_RUN}.{os.getpid()}")
     try:
@@ -284,11 +294,6 @@ def write_last_run(logs, document: dict) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-    from ds4_converge.cli import fleet_facts
-
-    if not document.get("check"):
-        fleet_facts.record_revert(logs, document)
-        fleet_facts.after_run(logs.parent, document, healthy=bool(document["ok"] or document.get("reverted")))
 
 
 def _now() -> str:

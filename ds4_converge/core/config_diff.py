@@ -13,6 +13,11 @@ from ds4_converge.core.state import Deployment
 # the engine's short flags, as the spec names them (engine/server_args.py writes them)
 NAMES = {"-m": "model", "--model": "model", "-c": "ctx", "--ctx": "ctx", "-n": "tokens", "--tokens": "tokens",
          "-t": "threads", "--threads": "threads"}
+# switches the tool passes only where the build has them (engine/server_args.py), and what holds without them: a
+# switch to a release without one is that release's flag set, not a changed setting, and is said so
+BUILD_SWITCHES = {"--no-spec": "speculation is off either way",
+                  "--no-update-check": "only the fork checks for updates"}
+SPECULATION_FLAGS = ("--mtp", "--mtp-draft", "--dspark")
 # program settings (other than the command) that change how the engine runs
 PROGRAM_KEYS = ("user", "stopwaitsecs", "directory")
 MODEL_IDENTITY = re.compile(r"^; model (?P<path>.+): (?P<identity>.+)$")
@@ -30,7 +35,8 @@ def config_changes(before: Deployment | None, after: Deployment) -> list[str]:
     for flag in _union(flags_before, flags_after):
         old, new = flags_before.get(flag), flags_after.get(flag)
         if old != new:
-            changes.append(f"{NAMES.get(flag, flag.lstrip('-'))} {_pair(old, new)}")
+            changes.append(f"{NAMES.get(flag, flag.lstrip('-'))} {_pair(old, new)}"
+                           + _build_switch(flag, old, new, before.release, after.release, flags_before, flags_after))
     for key in _union(env_before, env_after):
         old, new = env_before.get(key), env_after.get(key)
         if old != new:
@@ -85,6 +91,18 @@ def _is_flag(token: str) -> bool:
         return False
     except ValueError:
         return True
+
+
+def _build_switch(flag: str, old, new, release_before: str, release_after: str, flags_before: dict,
+                  flags_after: dict) -> str:
+    """` (release B has no --no-spec: speculation is off either way)` where a build switch comes or goes with
+    the release alone (`no-spec on → off` on a switch to upstream 8d57664 otherwise reads as a changed setting)."""
+    if flag not in BUILD_SWITCHES or release_before == release_after or not (old is True or new is True):
+        return ""
+    if flag == "--no-spec" and any(flags_before.get(f) != flags_after.get(f) for f in SPECULATION_FLAGS):
+        return ""  # speculation itself changed: its own lines say how
+    has = "has" if new is True else "has no"
+    return f" (release {release_after} {has} {flag}: {BUILD_SWITCHES[flag]})"
 
 
 def _pair(old, new) -> str:

@@ -31,6 +31,15 @@ def _repo_url(ctx: Context, pinned_repo: str | None) -> str:
     return str(ctx.host_path(url))  # a local path, relative to the spec file
 
 
+def _relative_repo(ctx: Context) -> str:
+    """`; engine.repo is X, read relative to …` where the spec names its repository by a relative path."""
+    raw = ctx.spec.engine.repo
+    if raw is None or "://" in raw or ":" in raw.split("/")[0]:
+        return ""
+    note = ctx.loaded.relative_to_spec(raw)
+    return f"; engine.repo{note}" if note else ""
+
+
 def pin(ctx: Context) -> tuple[str, str]:
     """(repository URL, ref): the version the spec pins, as the installer that runs would pin it."""
     engine = ctx.spec.engine
@@ -39,7 +48,9 @@ def pin(ctx: Context) -> tuple[str, str]:
         try:
             found = read_pin(engine.installer, ctx.loaded.base_dir)
         except InstallerError as exc:
-            raise RoleFailed(str(exc)) from None
+            local = not engine.installer.startswith(("https://", "http://"))
+            raise RoleFailed(ctx.loaded.locate("engine.installer", f"{exc}" + (
+                ctx.loaded.relative_to_spec(engine.installer) if local else ""))) from None
         pinned_repo, ref = found.repo, found.ref
     return _repo_url(ctx, pinned_repo), ref
 
@@ -56,7 +67,7 @@ def _resolve(ctx: Context, repo: EngineRepo, ref: str) -> str:
     except RepoError as exc:
         skipped = (" (check mode does not run engine.prepare, which may create it)"
                    if ctx.check and ctx.spec.engine.prepare else "")
-        raise RoleFailed(f"{exc}{skipped}") from None
+        raise RoleFailed(f"{exc}{skipped}{_relative_repo(ctx)}") from None
     if kind == "tag":
         ctx.pins.learn(repo.url, ref, commit)
     return commit

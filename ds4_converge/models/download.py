@@ -9,7 +9,8 @@ So `<dest>` only ever holds a complete, verified file: the engine never sees a p
 
 hf:// goes through the same HTTP code path as https:// (URL and headers from huggingface_hub), because
 huggingface_hub's own downloader does not reliably resume (antirez/ds4 PR #1048) and cannot hash while
-streaming. The token only ever lives in a request header: never in messages, logs or reprs.
+streaming. The token only ever lives in a request header: never in messages, logs or reprs. huggingface_hub
+comes with the `download` extra (HUB_EXTRA), imported only for an hf:// source.
 """
 from __future__ import annotations
 
@@ -25,10 +26,9 @@ from pathlib import Path
 
 import requests
 import urllib3
-from huggingface_hub import get_token, hf_hub_url
-from huggingface_hub.utils import build_hf_headers
 from pydantic import SecretStr
 
+from ds4_converge.models.placement import HUB_EXTRA
 from ds4_converge.models.digests import DigestCache, check_in_place, hash_into, normalise_sha256, verified_sha256
 from ds4_converge.errors import Ds4Error
 from ds4_converge.units import human_bytes
@@ -45,6 +45,16 @@ ProgressCallback = Callable[[int, "int | None"], None]
 
 
 # ---------------------------------------------------------------------------------------------- errors
+
+def hub():
+    """huggingface_hub, for hf:// sources only: the `download` extra (make run installs only what a run needs)."""
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise DownloadError(f"hf:// sources need huggingface_hub, which the `download` extra installs: "
+                            f"{HUB_EXTRA}") from None
+    return huggingface_hub
+
 
 class DownloadError(Ds4Error):
     """A one-line human message. `retryable`: the partial file is kept and the next run resumes it."""
@@ -143,7 +153,7 @@ def _scrub(text: str, token: SecretStr | None) -> str:
 def _resolve_token(token: str | SecretStr | None) -> SecretStr | None:
     if isinstance(token, SecretStr):
         return token if token.get_secret_value() else None
-    value = token or get_token()  # HF_TOKEN, then huggingface_hub's token file
+    value = token or hub().get_token()  # HF_TOKEN, then huggingface_hub's token file
     return SecretStr(value) if value else None
 
 
@@ -418,9 +428,12 @@ def _opener_for(source: Source, session: requests.Session, token) -> tuple[Calla
         return _local_opener(Path(source.path)), None
     if isinstance(source, HttpsSource):
         return _HttpOpener(session, source.url, {}, source.display, None, trust_linked_etag=False), None
+    huggingface_hub = hub()
+    from huggingface_hub.utils import build_hf_headers
+
     secret = _resolve_token(token)
-    url = hf_hub_url(source.repo, source.filename, revision=source.revision,
-                     endpoint=os.environ.get("HF_ENDPOINT") or None)  # read now, not at import time
+    url = huggingface_hub.hf_hub_url(source.repo, source.filename, revision=source.revision,
+                                     endpoint=os.environ.get("HF_ENDPOINT") or None)  # read now, not at import time
     headers = build_hf_headers(token=secret.get_secret_value() if secret else False,
                                library_name="ds4-converge", library_version=_own_version())
     return _HttpOpener(session, url, headers, str(source), secret, trust_linked_etag=True), secret

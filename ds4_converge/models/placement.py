@@ -11,7 +11,10 @@ from pathlib import Path
 
 from ds4_converge.spec.hostpaths import UnknownVariable
 from ds4_converge.spec.model import Model, ModelFile
-from ds4_converge.spec.sources import LocalSource, parse_source
+from ds4_converge.spec.sources import HfSource, LocalSource, parse_source
+
+#: hf:// sources need huggingface_hub: the `download` extra (`make run` installs only what a run needs)
+HUB_EXTRA = "pip install 'ds4-converge[download]' (in a checkout: .venv/bin/pip install -e '.[download]')"
 
 #: The spec's model slots, in the order the engine's flags name them (-m, --mtp, --dspark).
 SLOTS = ("main", "mtp", "dspark")
@@ -69,3 +72,36 @@ def placements(model: Model, expand: Expander, models_dir: Path) -> list[Placeme
             continue
         out.append(Placement(slot, entry, path, fetch, source))
     return out
+
+
+def missing_without_source(loaded, want: Placement) -> str:
+    """A model file that is not there and cannot be fetched: its spec line, the path as read, and how to give a
+    source (validate says the same as a note)."""
+    return loaded.locate(
+        f"model.{want.slot}", f"{want.path} does not exist{loaded.relative_to_spec(want.entry.source)}, and the spec "
+        f"gives no source to download it from (fix: put the file there, or give one: model.{want.slot}: "
+        f"{{source: hf://OWNER/REPO/FILE.gguf}} or an https:// URL, docs/spec.md)")
+
+
+def missing_here(loaded) -> list[str]:
+    """For `validate`: the spec's local model files that are not on this host and have no source, each said as
+    the run would say it. Only plain paths are looked at (~ and $VARS are the service user's, read by a run)."""
+    import os
+
+    def expand(raw: str) -> Path:
+        if raw.startswith("~") or "$" in raw:
+            raise UnknownVariable(raw)
+        return Path(os.path.normpath(loaded.base_dir / raw))
+
+    return [missing_without_source(loaded, want) for want in placements(loaded.spec.model, expand, loaded.base_dir)
+            if want.path is not None and not want.fetch and not want.path.exists()]
+
+
+def hub_missing(loaded, want: Placement) -> str | None:
+    """An hf:// source where huggingface_hub is not installed: said at plan time, before anything changes."""
+    import importlib.util
+
+    if not isinstance(parse_source(want.entry.source), HfSource) or importlib.util.find_spec("huggingface_hub"):
+        return None
+    return loaded.locate(f"model.{want.slot}", f"{want.entry.source} is an hf:// source, and huggingface_hub, "
+                                               f"which downloads from the Hub, is not installed (fix: {HUB_EXTRA})")

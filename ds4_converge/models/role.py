@@ -18,7 +18,8 @@ from ds4_converge.models.budget import SSD_STREAMING, Room, estimate, integrated
 from ds4_converge.models.digests import check_in_place
 from ds4_converge.engine_knowledge import FORK, for_version, known_versions
 from ds4_converge.models.gguf import judge_files, read_gguf_header
-from ds4_converge.models.placement import SLOTS, Placement, dest_is_file, placements
+from ds4_converge.models.placement import (SLOTS, Placement, dest_is_file, hub_missing, missing_without_source,
+                                           placements)
 from ds4_converge.spec.sources import parse_source
 from ds4_converge.units import human_bytes
 
@@ -48,8 +49,7 @@ def plan(ctx: Context) -> RolePlan:
             continue
         if not want.fetch:
             if not want.path.exists():
-                raise RoleFailed(f"model.{want.slot}: {want.path} does not exist, and the spec gives no source to "
-                                 "download it from")
+                raise RoleFailed(missing_without_source(ctx.loaded, want))
             raise RoleFailed(f"model.{want.slot}: {want.path}: {why}; the file was not used")
         if why.endswith("not a regular file") or why.startswith("missing ("):
             raise RoleFailed(f"model.{want.slot}.dest: {want.path} is {why.removesuffix(', not a regular file')}: a "
@@ -57,6 +57,8 @@ def plan(ctx: Context) -> RolePlan:
         if want.path.exists() and str(want.path) in _in_use(ctx):
             raise RoleFailed(f"model.{want.slot}: {want.path} is used by a serving or last-good release and {why}; "
                              "download the new file under another name instead of overwriting it")
+        if (missing := hub_missing(ctx.loaded, want)) is not None:
+            raise RoleFailed(missing)
         size = f" ({human_bytes(want.entry.size)})" if want.entry.size else ""
         changes.append(Change(f"download model.{want.slot} {parse_source(want.entry.source)} → {want.path}{size}",
                               after=f"{want.path}: {why}\n", action=partial(_download, want=want)))

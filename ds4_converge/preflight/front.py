@@ -3,13 +3,14 @@ certificate there, the public and metrics ports free (or ours)."""
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 
 from ds4_converge.core import bounded_file
 from ds4_converge.core.context import Context
 from ds4_converge.core.plan import Finding
 from ds4_converge.spec.model import MAX_KEYS_BYTES, MAX_PEM_BYTES
+from ds4_converge.facts import programs
+from ds4_converge.preflight.rules import held_by
 
 PACKAGE = "haproxy"  # Debian and Ubuntu's package, which has the Prometheus exporter built in
 
@@ -19,8 +20,9 @@ def findings(ctx: Context) -> list[Finding]:
     if front is None:
         return []
     out: list[Finding] = []
-    if shutil.which("haproxy") is None:
-        out.append(Finding("error", "front: haproxy is not installed (the front door is HAProxy)",
+    if programs.haproxy() is None:
+        out.append(Finding("error", f"front: haproxy is not installed (the front door is HAProxy; looked on "
+                                    f"{programs.haproxy_looked_in()})",
                            fix=f"apt-get install {PACKAGE}"))
     out += _key_file(ctx)
     if front.tls:
@@ -65,8 +67,8 @@ def _held(ctx: Context, field: str, port: int) -> list[Finding]:
 
     listeners = port_holders(port)
     ours = ctx.supervisor.owns(l.pid for l in listeners if l.pid) if listeners else set()
-    return [Finding("error", f"{field}: port {port} is held by "
-                             + (f"pid {l.pid} ({l.command or '?'})" if l.pid else "a process this user cannot see")
-                             + ", which ds4-converge does not manage",
-                    fix=f"stop it or choose another {field}")
+    return [Finding("error", f"{field}: port {port} is held by {held_by(l, field)[0]}", fix=held_by(l, field)[1])
+            if l.pid else
+            Finding("error", f"{field}: port {port} is held by a process this user cannot see, which ds4-converge "
+                             f"does not manage", fix=f"stop it or choose another {field}")
             for l in listeners if l.pid is None or l.pid not in ours]

@@ -36,6 +36,7 @@ from ds4_converge.spec.hostpaths import UnknownVariable, expand as expand_path
 from ds4_converge.models.placement import entries as model_entries, is_local
 from ds4_converge.core.plan import Finding
 from ds4_converge.core.toolkit import Toolkit
+from ds4_converge.tool_command import tool_command
 from ds4_converge.units import GIB, gib
 from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.spec.model import TARGETS, Spec
@@ -374,13 +375,40 @@ def port_findings(spec: Spec, facts: HostFacts, our_pids: Iterable[int] = ()) ->
                                fix=f"run `ss -ltnp 'sport = :{port}'` as root to find it, stop it, "
                                    f"or choose another server.port"))
             continue
-        command = " ".join(listener.cmdline) if listener.cmdline else (listener.command or "?")
-        if len(command) > 160:
-            command = command[:157] + "..."
-        out.append(Finding("error", f"port {port} is held by pid {listener.pid} ({command}), which ds4-converge "
-                                    f"does not manage",
-                           fix=f"stop pid {listener.pid} or choose another server.port"))
+        holder, fix = held_by(listener, "server.port")
+        out.append(Finding("error", f"port {port} is held by {holder}", fix=fix))
     return out
+
+
+def other_root(cmdline: Sequence[str] | None) -> str | None:
+    """The paths.root of a process another ds4-converge root runs, read from its command line: an engine runs
+    ROOT/releases/ID/ds4-server (the second argument where the binary is a script run by its interpreter, as the
+    simulator's is), the front door `haproxy … -f ROOT/front/haproxy.cfg`."""
+    args = list(cmdline or ())
+    for program in args[:2]:
+        release = posixpath.dirname(program)
+        if posixpath.basename(program) == "ds4-server" and posixpath.basename(posixpath.dirname(release)) == "releases":
+            return posixpath.dirname(posixpath.dirname(release))
+    for flag, value in zip(args, args[1:]):
+        if flag == "-f" and value.endswith("/front/haproxy.cfg") and "haproxy" in posixpath.basename(args[0]):
+            return value[:-len("/front/haproxy.cfg")]
+    return None
+
+
+def held_by(listener, field: str) -> tuple[str, str]:
+    """Who holds a port that `field` names, in words, and how to free it: a process of another ds4-converge root
+    (the other example spec, say) is named with that root and its stop command; anything else by pid and argv."""
+    command = " ".join(listener.cmdline) if listener.cmdline else (listener.command or "?")
+    if len(command) > 160:
+        command = command[:157] + "..."
+    root = other_root(listener.cmdline)
+    if root is not None:
+        program = "haproxy" if root + "/front/haproxy.cfg" in listener.cmdline else "ds4-server"
+        return (f"pid {listener.pid} ({program}), which another ds4-converge root runs (paths.root {root})",
+                f"stop that root first: {tool_command()} stop SPEC, with the spec whose paths.root is {root} "
+                f"(make stop, for spec/examples/sim.yaml); or choose another {field}")
+    return (f"pid {listener.pid} ({command}), which ds4-converge does not manage",
+            f"stop pid {listener.pid} or choose another {field}")
 
 
 # ------------------------------------------------------------------------------------------ rule 8: disk

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -26,6 +25,7 @@ from ds4_converge.core.context import Context
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.state import Deployment
 from ds4_converge.errors import Ds4Error
+from ds4_converge.facts import programs
 
 PROGRAM = "ds4c.front"  # a name server.name cannot take (it allows no '.')
 ADMIN_TIMEOUT_S = 5
@@ -91,7 +91,8 @@ def tls_path(layout: Layout) -> Path:
 
 
 def executable() -> str:
-    return shutil.which("haproxy") or "haproxy"
+    """The haproxy the front door runs (facts.programs: PATH, then where Debian and Ubuntu install it)."""
+    return programs.haproxy() or "haproxy"
 
 
 def haproxy_argv(layout: Layout, haproxy: str) -> list[str]:

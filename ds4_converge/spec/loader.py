@@ -68,6 +68,13 @@ class LoadedSpec:
         """Relative paths in a spec are relative to the spec file, not to the caller's cwd."""
         return self.path.parent
 
+    def relative_to_spec(self, raw: str) -> str:
+        """`, read relative to the spec file's folder DIR` for a relative path (a spec copied elsewhere takes
+        its relative paths along, which then name other files), else nothing."""
+        if raw.startswith(("/", "~", "$")):
+            return ""
+        return f" ({raw}, read relative to the spec file's folder {self.base_dir})"
+
 
 def load_spec(path: str | Path, overrides: list[str] = ()) -> LoadedSpec:
     path = Path(path)

@@ -87,8 +87,14 @@ def test_status_exit_codes_and_table_follow_what_serves(box):
     rc, status = box.json("status", str(box.spec_path))
     assert rc == 1 and not status["healthy"] and not status["never_converged"], status
     assert status["release"] is None and status["last_good"] == converged["release"], "release: what serves now"
+    assert status["stopped"] and "stopped on purpose by `ds4-converge stop`" in status["error"], status
+    assert f" {box.spec_path}" in status["error"], "and the command that starts it again"
     text = box.cli("status", str(box.spec_path))
-    assert text.returncode == 1 and "not serving" in text.stdout and "None" not in text.stdout
+    assert text.returncode == 1 and "ds4: stopped on purpose" in text.stdout and "None" not in text.stdout, text
+
+    rc, converged = box.converge()  # started again: no longer "stopped"
+    assert rc == 0, converged
+    assert box.json("status", str(box.spec_path))[1]["stopped"] is False
 
 
 def test_a_restart_and_a_rollback_say_what_they_change(box):
@@ -134,6 +140,8 @@ def test_logs_show_a_failed_build_only_until_a_later_run_succeeds(box):
     rc, logs = box.json("logs", str(box.spec_path))
     assert rc == 0 and logs["build_log"] and "build-" in logs["build_log"]["path"], logs
     assert "(failed build" in box.cli("logs", str(box.spec_path)).stdout
+    box.stop()  # a stop ends well too, but builds nothing: the failed build is still the news
+    assert box.json("logs", str(box.spec_path))[1]["build_log"], "shown after a stop"
 
     assert box.converge()[0] == 0  # back on the good spec: nothing to build, the run ends well
     rc, logs = box.json("logs", str(box.spec_path))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -16,8 +15,9 @@ import pytest
 import requests
 
 from boxes import FRONT_KEY, Box, free_port, two_free_ports, with_front
+from ds4_converge.facts import programs
 
-pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")
+pytestmark = pytest.mark.skipif(programs.haproxy() is None, reason="haproxy is not installed")
 
 KEY = FRONT_KEY
 QUESTION = {"model": "deepseek-chat", "max_tokens": 16,
@@ -300,6 +300,25 @@ def test_a_front_port_held_by_someone_else_leaves_the_box_as_it_was(tmp_path, si
     assert rc == 1, document
     assert f"front.port: port {box.front_port} is held by pid {os.getpid()}" in document["error"], document["error"]
     assert not box.root.exists()
+
+
+def test_a_port_another_root_of_this_tool_serves_on_is_named_with_that_root_and_its_stop_command(fronted, tmp_path,
+                                                                                                  sim_repo):
+    """README's two examples share :8000: the refusal names the root that holds it and its `stop`, for the front
+    door's port held by that root's engine, and for an engine's port held by that root's HAProxy."""
+    front_on_its_engine = front_box(tmp_path / "a", sim_repo)
+    front_on_its_engine.spec["front"]["port"] = int(fronted.status()["front"]["points_at"].rsplit(":", 1)[1])
+    engine_on_its_front = Box(tmp_path / "b", sim_repo, free_port())
+    engine_on_its_front.spec["server"]["port"] = fronted.front_port
+    for box, field, holder in ((front_on_its_engine, "front.port", "ds4-server"),
+                               (engine_on_its_front, "server.port", "haproxy")):
+        box.write()
+        rc, document = box.converge("--check")
+        assert rc == 1, document
+        assert f"(paths.root {fronted.root})" in document["error"] and f"({holder})" in document["error"], document
+        assert f"stop SPEC, with the spec whose paths.root is {fronted.root}" in document["error"], document
+        assert f"or choose another {field}" in document["error"], document
+        assert not box.root.exists()
 
 
 def test_tls_when_a_certificate_and_key_are_given(tmp_path, sim_repo):

@@ -14,11 +14,12 @@ Ansible's ssh connection runs it, and without it the scenarios fail at their fir
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 
 from molecule_support import PYTESTMARK, SCENARIO_TIMEOUT_S, run_scenario, scratch_dir
+
+from ds4_converge.facts import programs
 
 pytestmark = PYTESTMARK
 
@@ -31,7 +32,7 @@ def test_openssh_client_is_installed():
 
 def test_haproxy_is_installed():
     """The haproxy scenario runs the distribution's HAProxy (as the test user; its system service is not used)."""
-    assert shutil.which("haproxy") or Path("/usr/sbin/haproxy").exists(), (
+    assert programs.haproxy(), (
         "haproxy not found: install it (Debian: apt-get install haproxy; .ci/fleet-deps.sh does)")
 
 

@@ -1,11 +1,10 @@
 """The models role through the real CLI: downloads from a loopback server, resume, verification, identity,
 memory budget, free space. The simulated engine loads the synthetic main model."""
 import hashlib
-import subprocess
 
 import pytest
 
-from boxes import MODEL
+from boxes import MODEL, tmpfs
 
 
 def serve_model(file_server, data: bytes, name="tiny-ds4flash.gguf") -> str:
@@ -119,24 +118,16 @@ def test_check_mode_counts_model_files_not_changes(box, file_server):
     assert len(models["changes"]) == 2 and models["changes"][0].startswith("download model.main "), models
 
 
-@pytest.fixture
-def tiny_disk(tmp_path):
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)]).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    yield mount
-    subprocess.run(["umount", str(mount)])
-
-
-def test_no_space_gives_the_numbers_and_downloads_nothing(box, file_server, tiny_disk):
+def test_no_space_gives_the_numbers_and_downloads_nothing(box, file_server, tmp_path):
     url = serve_model(file_server, MODEL.read_bytes())
-    box.spec["model"]["main"] = {"source": url, "dest": str(tiny_disk)}
-    box.write()
-    rc, document = box.converge()
-    assert rc == 1 and "not enough free space" in document["error"] and "free" in document["error"], document
-    assert list(tiny_disk.iterdir()) == [], "not even a partial file"
-    assert box.status()["pid"] is None
+    with tmpfs(tmp_path / "tiny", "64k") as tiny_disk:
+        box.inside = tiny_disk.inside
+        box.spec["model"]["main"] = {"source": url, "dest": str(tiny_disk.path)}
+        box.write()
+        rc, document = box.converge()
+        assert rc == 1 and "not enough free space" in document["error"] and "free" in document["error"], document
+        assert tiny_disk.entries() == [], "not even a partial file"
+        assert box.status()["pid"] is None
 
 
 def test_remove_unused_deletes_only_files_no_release_uses(box, file_server):

@@ -6,6 +6,8 @@ which NVCC/CUDA_HOME make got.
 """
 from __future__ import annotations
 
+import os
+import pwd
 import socket
 import subprocess
 import sys
@@ -215,7 +217,6 @@ def test_unknown_variable_in_a_spec_path_is_an_error_naming_the_field(box, fake,
 def test_a_kv_disk_dir_that_is_not_a_directory_is_named_at_preflight(box, fake, tmp_path, kind):
     """The engine only logs 'failed to create KV cache directory …: File exists' and serves without its disk cache:
     preflight names what the path is instead, at --check and before any change."""
-    import os
 
     path = tmp_path / "kv"
     if kind == "a FIFO":
@@ -238,9 +239,10 @@ def test_a_kv_disk_dir_under_a_file_or_one_the_service_user_cannot_write_is_refu
                                        f"{under_a_file} above it is a regular file, not a directory"), preflight
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o755)
+    me = pwd.getpwuid(os.getuid()).pw_name  # root in CI, the user who runs make test elsewhere
     preflight = fails_in_preflight(box, fake, "--set", "server.user=nobody", "--set", f"server.kv_disk_dir={locked}")
     assert preflight["msg"].startswith(f"server.kv_disk_dir {locked}: the engine's user nobody cannot write this "
-                                       f"directory (owned by root, mode 755)"), preflight
+                                       f"directory (owned by {me}, mode 755)"), preflight
     # a path that does not exist yet, under a folder the user may write: the engine creates it
     roles = check_passes(box, fake, "--set", f"server.kv_disk_dir={tmp_path}/new/kv")
     assert roles["preflight"]["status"] == "ok", roles

@@ -325,6 +325,27 @@ def test_foreign_port_holder_is_an_error_naming_pid_and_command():
     assert finding.fix == "stop pid 4242 or choose another server.port"
 
 
+@pytest.mark.parametrize("argv, command", [
+    (["/srv/build/sim-root/releases/abc123-cpu-none/ds4-server", "--port", "8000"], "ds4-server"),
+    (["/usr/bin/python3", "/srv/build/sim-root/releases/abc123-cpu-none/ds4-server", "--port", "8000"], "ds4-server"),
+    (["/usr/sbin/haproxy", "-W", "-db", "-f", "/srv/build/sim-root/front/haproxy.cfg"], "haproxy"),
+])
+def test_a_port_held_by_another_root_of_this_tool_names_that_root_and_its_stop_command(argv, command):
+    """The two example specs share :8000: the refusal names the other root and how to stop it, not a stranger."""
+    facts = host(listeners=[listener(4242, argv[0].rsplit("/", 1)[1], argv)])
+    finding = only(rules.port_findings(spec(), facts), "error")
+    assert finding.message == (f"port 8000 is held by pid 4242 ({command}), which another ds4-converge root runs "
+                               f"(paths.root /srv/build/sim-root)"), finding
+    assert " stop SPEC, with the spec whose paths.root is /srv/build/sim-root" in finding.fix, finding
+    assert finding.fix.endswith("or choose another server.port"), finding
+
+
+@pytest.mark.parametrize("argv", [["/opt/releases/x/ds4-serverx"], ["/opt/x/ds4-server"], ["ds4-server"], [],
+                                  ["nginx", "-f", "/x/front/haproxy.cfg"]])
+def test_look_alikes_are_not_another_root(argv):
+    assert rules.other_root(argv) is None
+
+
 def test_our_engine_on_the_port_is_fine():
     facts = host(listeners=[listener(4242, "ds4-server")])
     assert rules.port_findings(spec(), facts, our_pids={4241, 4242}) == []

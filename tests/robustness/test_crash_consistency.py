@@ -17,6 +17,7 @@ import requests
 from boxes import FRONT_KEY, MODEL, Box, engine_pids, free_port, two_free_ports, with_front
 from ds4_converge.core.crashpoints import ENV, POINTS
 from ds4_converge.core.lock import lock_holders
+from ds4_converge.facts import programs
 
 REVERT_POINTS = [p for p in POINTS if p.startswith("revert-")]
 ROLLBACK_POINTS = [p for p in POINTS if p.startswith("rollback-")]
@@ -151,7 +152,7 @@ def test_a_run_killed_during_an_upgrade_recovers(crash_box, point):
     _invariants(box)
 
 
-@pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")
+@pytest.mark.skipif(programs.haproxy() is None, reason="haproxy is not installed")
 @pytest.mark.parametrize("point", BESIDE_POINTS)
 def test_a_run_killed_during_an_overlap_switch_recovers(front_crash_box, point):
     """The guard keeps (or brings back) last good behind the front door and stops the candidate; a re-run ends

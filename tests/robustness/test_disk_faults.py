@@ -1,15 +1,12 @@
-"""Disk faults under paths.root, on a real tmpfs mounted for the test (as root; skipped where mount is refused):
+"""Disk faults under paths.root, on a real tmpfs mounted for the test (by root, or in a plain user's own namespace):
 a disk that fills during a write leaves the serving release running and says so; a read-only root is named as
 such, not reported as a lack of free space."""
-import contextlib
-import os
-import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from boxes import Box, free_port
+from boxes import Box, free_port, tmpfs
 
 from ds4_converge.preflight.rules import BUILD_BYTES
 
@@ -17,25 +14,14 @@ from ds4_converge.preflight.rules import BUILD_BYTES
 SIZE = f"{(BUILD_BYTES >> 20) + 64}m"
 
 
-@contextlib.contextmanager
-def tmpfs(path, *options):
-    path.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join([f"size={SIZE}", "mode=0755",
-                                                                                   *options]), "tmpfs",
-                                            str(path)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
 @pytest.fixture
 def small_box(sim_repo):
     # a short mount point: supervisord's socket under ROOT/run must fit AF_UNIX's ~108 bytes, and pytest-xdist's
     # temporary paths are longer
-    with tempfile.TemporaryDirectory(prefix="ds4-disk.") as short, tmpfs(Path(short) / "d") as disk:
-        made = Box(disk / "root", sim_repo, free_port())
+    with tempfile.TemporaryDirectory(prefix="ds4-disk.") as short, tmpfs(Path(short) / "d", SIZE) as disk:
+        made = Box(disk.path / "root", sim_repo, free_port())
+        made.inside, made.spec_path = disk.inside, Path(short) / "spec.yaml"  # a plain user's tmpfs: see boxes.tmpfs
+        made.write()
         try:
             yield made
         finally:
@@ -63,8 +49,10 @@ def test_a_disk_that_fills_during_the_build_leaves_the_serving_release_running(s
 
 
 def test_a_read_only_root_is_named_as_such(tmp_path, sim_repo):
-    with tmpfs(tmp_path / "disk", "ro") as disk:  # a first converge on a read-only disk (nothing to remount)
+    with tmpfs(tmp_path / "disk", SIZE, "ro") as mounted:  # a first converge on a read-only disk (nothing to remount)
+        disk = mounted.path
         box = Box(tmp_path / "root", sim_repo, free_port())  # its spec file beside tmp_path/root, writable
+        box.inside = mounted.inside
         box.spec["paths"]["root"] = str(disk / "root")
         box.write()
         proc = box.cli(str(box.spec_path), timeout=120)

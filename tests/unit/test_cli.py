@@ -92,6 +92,55 @@ def test_a_word_that_is_neither_a_command_nor_a_spec_names_the_commands(tmp_path
         assert "no command" not in capsys.readouterr().err, word
 
 
+def test_a_mistyped_command_gets_a_did_you_mean(capsys):
+    assert cli.main(["stauts", "spec.yaml"]) == 2
+    assert "no command 'stauts' and no spec file of that name (did you mean 'status'?); commands:" in \
+        capsys.readouterr().err
+    assert cli.main(["help", "rollbak"]) == 2
+    assert "no command 'rollbak' (did you mean 'rollback'?)" in capsys.readouterr().err
+    assert cli.main(["frobnicate"]) == 2
+    assert "did you mean" not in capsys.readouterr().err  # nothing near: no guess
+
+
+def test_validate_notes_a_model_file_a_run_here_would_miss_with_its_line_and_the_folder_paths_are_read_from(
+        tmp_path, capsys):
+    """A spec copied out of the repository keeps its relative paths, which now name other files: still a valid
+    spec (its model may be on another host), but validate says what a run here would say, and where."""
+    copied = tmp_path / "copy" / "sim.yaml"
+    copied.parent.mkdir()
+    copied.write_text((REPO / "spec/examples/sim.yaml").read_text())
+    assert cli.main(["validate", str(copied)]) == 0
+    out = capsys.readouterr().out
+    line = next(n for n, text in enumerate(copied.read_text().splitlines(), 1) if text.strip().startswith("main:"))
+    assert f"note: a run on this host would fail: {copied}:{line}:3: model.main: " in out, out
+    assert (f"(../../engine/models/tiny-ds4flash.gguf, read relative to the spec file's folder {copied.parent})"
+            in out), out
+    assert "give one: model.main: {source: hf://" in out, out
+    document = check_document(_json(["validate", str(copied), "--json"], capsys), 0)
+    assert len(document["notes"]) == 1 and "model.main" in document["notes"][0], document
+    assert cli.main(["validate", str(REPO / "spec/examples/sim.yaml")]) == 0
+    assert "note" not in capsys.readouterr().out  # in place, its model is there
+
+
+@pytest.mark.slow  # the CLI in a subprocess
+def test_a_run_that_misses_a_model_file_names_its_spec_line_and_how_to_give_a_source(tmp_path):
+    copied = tmp_path / "copy" / "sim.yaml"
+    copied.parent.mkdir()
+    copied.write_text((REPO / "spec/examples/sim.yaml").read_text())
+    proc = run_cli(str(copied), "--check", "--json", "--set", f"paths.root={tmp_path / 'root'}", "--set",
+                   "server.port=1")
+    error = check_document(proc.stdout, 1)["error"]
+    assert f"{copied}:" in error and ": model.main: " in error, error
+    assert "read relative to the spec file's folder" in error and "{source: hf://" in error, error
+    assert not (tmp_path / "root").exists()
+    # the model found: the installer is the next relative path that names nothing here
+    proc = run_cli(str(copied), "--check", "--json", "--set", f"paths.root={tmp_path / 'root'}", "--set",
+                   "server.port=1", "--set", f"model.main={REPO / 'engine/models/tiny-ds4flash.gguf'}")
+    error = check_document(proc.stdout, 1)["error"]
+    assert f"{copied}:" in error and ": engine.installer: " in error, error
+    assert f"(../../engine/sim/install.sh, read relative to the spec file's folder {copied.parent})" in error, error
+
+
 def _json(argv, capsys) -> str:
     cli.main(argv)
     return capsys.readouterr().out
@@ -185,6 +234,32 @@ def test_the_status_table_has_no_python_words():
     text = "\n".join(report.plain(line) for line in report.status_lines(document))
     assert "not serving" in text and "last good  none yet" in text
     assert not any(word in text for word in ("None", "True", "False"))
+
+
+def _status(**fields) -> str:
+    document = report.document("status", **{
+        "ok": True, "exit_code": 0, "error": None, "healthy": True, "never_converged": False, "state": "RUNNING",
+        "pid": 42, "uptime_s": 5, "release": "r1", "endpoint": "http://127.0.0.1:8001", "last_good": "r1",
+        "last_good_at": "t", "last_run": None, "name": "ds4", "root": "/srv/ds4", "spec": "s.yaml", **fields})
+    check_document(json.dumps(document), document["exit_code"])
+    return "\n".join(report.plain(line) for line in report.status_lines(document))
+
+
+def test_with_a_front_door_status_headlines_its_url_not_the_engines_keyless_slot():
+    front = {"url": "http://127.0.0.1:8000", "points_at": "127.0.0.1:8001", "up": True, "metrics": None,
+             "problem": None, "slots": []}
+    head, *rows = _status(front=front).splitlines()
+    assert head == "ds4: healthy, serving release r1 on http://127.0.0.1:8000", head
+    assert any("front door" in row and "→ engine 127.0.0.1:8001" in row for row in rows), rows
+    assert _status().splitlines()[0].endswith("on http://127.0.0.1:8001")  # no front door: the engine's own
+
+
+def test_a_box_stopped_on_purpose_says_so():
+    head = _status(ok=False, exit_code=1, healthy=False, state="not running", pid=None, release=None, stopped=True,
+                   error="stopped on purpose by `ds4-converge stop` at t; start it again with: ds4-converge s.yaml",
+                   last_run={"command": "stop", "ok": True, "error": None, "release": None, "finished_at": "t"}
+                   ).splitlines()[0]
+    assert head.startswith("ds4: stopped on purpose by `ds4-converge stop` at t; start it again with: "), head
 
 
 def test_the_curl_line_uses_a_model_id_that_v1_models_lists():

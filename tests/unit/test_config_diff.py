@@ -25,6 +25,21 @@ def test_release_flags_env_user_and_model_bytes():
         "user (none) → ds4", "model file /m/model.gguf: new bytes"]
 
 
+def test_a_build_switch_that_goes_with_the_release_says_why():
+    """A switch from b030961 (which has --no-spec and is passed it) to upstream 8d57664 (which has not)."""
+    before = deployment(release="b030961", flags=("--no-spec",))
+    after = deployment(release="8d57664", flags=())
+    assert config_changes(before, after) == [
+        "release b030961 → 8d57664",
+        "no-spec on → off (release 8d57664 has no --no-spec: speculation is off either way)"]
+    assert config_changes(after, before)[1] == ("no-spec off → on (release b030961 has --no-spec: speculation is off "
+                                                "either way)")
+    # speculation itself turned on: its own lines say so, and no-spec's is a plain change
+    mtp = deployment(release="b030961", flags=("--mtp", "/m/mtp.gguf"))
+    assert config_changes(deployment(release="8d57664", flags=("--no-spec",)), mtp)[1:] == [
+        "no-spec on → off", "mtp (none) → /m/mtp.gguf"]
+
+
 def test_the_same_config_changes_nothing_and_a_first_start_says_so():
     assert config_changes(deployment(), deployment()) == []
     assert config_changes(None, deployment()) == ["first start: release r1"]

@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from user_cache_guard import REAL_USER_CACHE, TEST_CACHES
+
+OUTER = ("XDG_CACHE_HOME", "PYTEST_DEBUG_TEMPROOT", "DS4C_RUN_TMP")  # the outer run's (tests/run_tmp.py)
 
 from ds4_converge.orchestrate import receipt
 
@@ -27,6 +31,7 @@ def test_the_next_test_has_another():
     assert SEEN and os.environ["XDG_CACHE_HOME"] not in SEEN
 
 
+@pytest.mark.slow  # pytest in a subprocess
 def test_a_test_that_writes_into_the_real_cache_fails(tmp_path):
     """The guard itself, in a pytest of its own whose 'real' cache is a scratch HOME's."""
     (tmp_path / "test_writes.py").write_text(
@@ -37,7 +42,7 @@ def test_a_test_that_writes_into_the_real_cache_fails(tmp_path):
         "    (Path.home() / '.cache' / 'ds4-converge' / 'noop').mkdir(parents=True)\n"
         "def test_after_it():\n"
         "    pass\n")
-    env = {k: v for k, v in os.environ.items() if k != "XDG_CACHE_HOME"} | {
+    env = {k: v for k, v in os.environ.items() if k not in OUTER} | {
         "HOME": str(tmp_path / "home"), "PYTHONPATH": str(TESTS), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "user_cache_guard", "-p", "no:cacheprovider",
                            "--rootdir", str(tmp_path), str(tmp_path / "test_writes.py")],

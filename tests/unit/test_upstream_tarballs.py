@@ -42,3 +42,16 @@ def test_a_missing_tarball_is_an_error_that_says_where_it_was_looked_for(monkeyp
     with pytest.raises(FileNotFoundError) as missing:
         real_engine.require("b030961")
     assert str(tmp_path) in str(missing.value) and "engine/upstream" in str(missing.value)
+
+
+def test_unpack_works_on_every_python_readme_allows(tmp_path):
+    """The build cache unpacks a tarball only when it is empty (a clean clone, CI): Debian 12's Python 3.11.2 has no
+    extraction filters, and unpack must not ask for one there."""
+    source = tmp_path / "ds4-x"
+    source.mkdir()
+    (source / "Makefile").write_text("cpu:\n")
+    archive = tmp_path / "x.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(source, arcname="ds4-x")
+    top = real_engine.unpack(archive, tmp_path / "out")
+    assert top == tmp_path / "out" / "ds4-x" and (top / "Makefile").read_text() == "cpu:\n"
