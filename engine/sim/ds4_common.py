@@ -32,7 +32,7 @@ PROG = "ds4"
 TIMESTAMPS = False
 
 KNOWN_FAULTS = ("none", "crash-at-start", "crash-after", "hang", "wrong-model",
-                "wrong-answer", "build-fails", "dsml-as-text")
+                "wrong-answer", "build-fails", "dsml-as-text", "poisoned")
 
 
 # --------------------------------------------------------------------------- command line
@@ -195,6 +195,11 @@ def fault():
             return name, max(float(arg), 0.0)
         except ValueError:
             return name, 3.0
+    if name == "poisoned":  # poisoned:N: after N seconds of serving (none: from the start)
+        try:
+            return name, max(float(arg), 0.0)
+        except ValueError:
+            return name, 0.0
     return name, None
 
 
