@@ -146,11 +146,11 @@ class Tracker:
         """One look at the engine; returns the cause of a restart due now, or None.
 
         state: supervisord's statename; exit_words: how it exited (EXITED, FATAL)."""
-        if state == "STOPPED" and not self.start_owed:  # someone ordered the stop (supervisorctl,
-            self.failures = 0                           # ds4-converge stop): not ours to undo
-            return None
-        if state == "STOPPED":
+        if self.start_owed and state in ("STOPPED",) + NOT_ORDERED:
             cause = "the last restart found the memory short and did not start the engine"
+        elif state == "STOPPED":  # someone ordered the stop (supervisorctl, ds4-converge stop): not ours to undo
+            self.failures = 0
+            return None
         elif state in NOT_ORDERED:
             cause = f"the engine {exit_words}, and no stop was ordered"
         elif finding.outcome == "passed":

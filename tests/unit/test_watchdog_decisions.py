@@ -70,8 +70,10 @@ def test_a_restart_that_found_the_memory_short_is_owed_and_tried_again_after_its
     assert t.observe(S, 10, "STOPPED", UNASKED) is None  # backing off
     assert t.observe(S, 20, "STOPPED", UNASKED) == \
         "the last restart found the memory short and did not start the engine"
-    t.restarted(S, 20)
-    assert t.observe(S, 100, "STOPPED", UNASKED) is None  # started since: a stop now was ordered by someone
+    t.restarted(S, 20, started=False)
+    assert t.observe(S, 60, "EXITED", UNASKED, "was killed by SIGKILL").startswith("the last restart found")
+    t.restarted(S, 60)
+    assert t.observe(S, 200, "STOPPED", UNASKED) is None  # started since: a stop now was ordered by someone
 
 
 def test_the_completion_is_due_every_completion_every_s_and_never_when_zero():
