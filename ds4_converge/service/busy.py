@@ -118,6 +118,7 @@ class Judgement:
     progressed: bool  # CPU time, log or bytes out moved since the sample before
     poisoned: bool   # the front door counted 5xx answers from the slot and no 2xx since the sample before
     words: str       # "1 request in flight, 0.8 s of CPU time, 3.2 MB sent in the last 10 s"
+    known: bool = True  # False at the first look: no sample before, progress cannot be told yet
 
     @property
     def busy(self) -> bool:
@@ -139,7 +140,7 @@ def judge(before: Sample | None, after: Sample, ticks_per_s: int | None = None) 
     """What happened between two samples (before None: the first look; nothing is known to have moved)."""
     in_flight = max(after.in_flight or 0, after.front.sessions if after.front else 0)
     if before is None:
-        return Judgement(in_flight, False, False, f"{_requests(in_flight)} in flight")
+        return Judgement(in_flight, False, False, f"{_requests(in_flight)} in flight", known=False)
     ticks_per_s = ticks_per_s or os.sysconf("SC_CLK_TCK")
     cpu = _delta(before.cpu_ticks, after.cpu_ticks)
     log = _delta(before.log_bytes, after.log_bytes)

@@ -189,6 +189,8 @@ def judged(finding: Finding, judgement: busy.Judgement) -> Finding:
     with work in flight, else the failure it was."""
     if judgement.busy:
         return Finding("busy", f"busy: {judgement.words}")
+    if not judgement.known and judgement.in_flight:  # the first look: the next one tells busy from hung
+        return UNASKED
     return Finding("failed", f"{finding.why}; {judgement.words}", finding.check, finding.timeout_s)
 
 

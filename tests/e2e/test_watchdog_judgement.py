@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from boxes import engine_pids
+from boxes import FRONT_KEY, engine_pids, with_front
 from test_watchdog import WATCHDOG, _answers, _incidents, _restarted_after, _wait
 
 pytestmark = pytest.mark.slow
@@ -25,17 +25,23 @@ PREFILL_TOK_S = 400
 PROMPT_WORDS = 2400  # about 6 s of prefill at PREFILL_TOK_S: twelve looks of the watchdog
 
 
-def _ask(box, words: int, timeout: float = 60) -> dict:
+def _ask(box, words: int, timeout: float = 60, front: bool = False) -> dict:
     prompt = " ".join(f"word{i % 97}" for i in range(words)) + ". Count from 1 to 3."
     body = json.dumps({"model": "deepseek-v4-flash", "messages": [{"role": "user", "content": prompt}],
                        "max_tokens": 8, "thinking": {"type": "disabled"}}).encode()
-    request = urllib.request.Request(f"{box.endpoint}/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+    url, headers = f"{box.endpoint}/v1/chat/completions", {"Content-Type": "application/json"}
+    if front:
+        url, headers = f"http://127.0.0.1:{box.front_port}/v1/chat/completions", {
+            **headers, "Authorization": f"Bearer {FRONT_KEY}"}
+    request = urllib.request.Request(url, data=body, headers=headers)
     with urllib.request.urlopen(request, timeout=timeout) as answer:
         return json.loads(answer.read())
 
 
-def test_a_long_prefill_is_busy_not_hung_and_completes_with_its_answer(box):
+@pytest.mark.parametrize("front", [False, True], ids=["direct", "front-door"])
+def test_a_long_prefill_is_busy_not_hung_and_completes_with_its_answer(box, front):
+    if front:  # the watchdog also reads the front door's counters of the serving slot
+        with_front(box)
     box.spec["engine"]["ref"] = "v0.1.0"  # upstream: one worker, a check would queue behind the prompt
     box.spec["server"]["env"]["DS4_SIM_PREFILL_TOK_S"] = str(PREFILL_TOK_S)
     box.spec["health"].update(watchdog=FAST)
@@ -46,7 +52,7 @@ def test_a_long_prefill_is_busy_not_hung_and_completes_with_its_answer(box):
     time.sleep(1.5)  # a completion check is due before the prompt arrives, and all the time it is prefilled
 
     started = time.monotonic()
-    answer = _ask(box, PROMPT_WORDS)
+    answer = _ask(box, PROMPT_WORDS, front=front)
     took = time.monotonic() - started
     assert answer["choices"][0]["message"]["content"].strip(), answer
     assert took >= 4, f"the prefill took {took:.1f}s: too short to show anything"

@@ -95,6 +95,8 @@ def test_a_check_that_did_not_answer_is_busy_only_with_work_in_flight_that_progr
         got = judged(timeout, stuck)
         assert got.outcome == "failed" and got.check == "a one-token completion" and got.timeout_s == 60.0, got
         assert got.why.startswith("a one-token completion did not answer within 60s; ")
+    first_look = judge(None, Sample(at=0, cpu_ticks=5, in_flight=1))  # nothing to compare with yet
+    assert not first_look.known and judged(timeout, first_look) == UNASKED
 
 
 def test_progress_is_cpu_time_log_or_bytes_and_the_words_say_it():
