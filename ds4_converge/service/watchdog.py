@@ -449,6 +449,8 @@ class Watch:
         settings, tracker = self.settings, self.tracker
         models = check_models(settings)
         judgement = self.progress(now)
+        if models.busy_refusal:
+            return Finding("busy", f"busy: {models.why}")
         if models.timed_out:
             return judged(Finding("failed", models.why, MODELS, settings.models_timeout_s), judgement)
         if not models.passed:

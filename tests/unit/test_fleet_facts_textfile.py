@@ -32,3 +32,18 @@ def test_written_by_rename_over_the_old_file(tmp_path):
     assert path.stat().st_ino != first  # a new file renamed over the old one, never rewritten in place
     assert parsed(path.read_text())["ds4_converge_healthy"][1] == 0
     assert [p.name for p in path.parent.iterdir()] == [fleet_facts.TEXTFILE]
+
+
+def test_the_last_restart_says_which_check_failed_the_signal_and_the_oom_killer():
+    restart = {"at": "2026-12-01T20:02:00+00:00", "cause": "the engine was killed by SIGKILL, and no stop was ordered",
+               "check": "exit", "signal": "SIGKILL", "oom_killer": "unknown", "action": "restarted"}
+    facts = dict(FACTS, watchdog={"incidents": 1, "last_incident": restart, "last_restart": restart})
+    labels, value = parsed(fleet_facts.metrics_text(facts, command="status", ok=True, now=1000.0))[
+        "ds4_converge_watchdog_last_restart_timestamp_seconds"]
+    assert labels == {"root": FACTS["root"], "cause": restart["cause"], "check": "exit", "signal": "SIGKILL",
+                      "oom_killer": "unknown"} and value == 1796155320.0
+    hung = {"at": restart["at"], "cause": "2 checks failed in a row", "check": "/v1/models", "timeout_s": 2}
+    labels = parsed(fleet_facts.metrics_text(dict(FACTS, watchdog={"incidents": 2, "last_incident": hung,
+                                                                   "last_restart": hung}), command="status", ok=True)
+                    )["ds4_converge_watchdog_last_restart_timestamp_seconds"][0]
+    assert labels == {"root": FACTS["root"], "cause": hung["cause"], "check": "/v1/models"}
