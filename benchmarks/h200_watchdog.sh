@@ -10,11 +10,11 @@
 #   setsid nohup bash benchmarks/h200_watchdog.sh > /tmp/wd/run.log 2>&1 &      (then poll /tmp/wd/res/DONE)
 # A dry run on a CPU (the tool from this checkout's .venv, `make cpu`, a small ctx and short prompts, a faster
 # watchdog so that the hangs are seen in seconds):
-#   TARGET=cpu CTX=4096 TOKENS=400 WATCHDOG='{interval_s: 2, failures: 2, completion_every_s: 5}' W=/tmp/wd-dry \
+#   TARGET=cpu CTX=1024 TOKENS=40 MAX_TOKENS=2 WATCHDOG='{interval_s: 2, failures: 2, completion_every_s: 5}' W=/tmp/wd-dry \
 #     bash benchmarks/h200_watchdog.sh
 # Environment: TARGET (cuda), CTX (65536), TOKENS (of each long prompt, 30000: sized by words after one
 # request measured the phantom's tokens per word, about five with its byte-level vocabulary), WATCHDOG (the spec's health.watchdog), FRONT (1: behind the front door,
-# when HAProxy is installed), HANG_S (how long a hang may wait for its restart, 300), PORT, FPORT, MPORT (8000,
+# when HAProxy is installed), MAX_TOKENS (of each answer, 8), HANG_S (how long a hang may wait for its restart, 300), PORT, FPORT, MPORT (8000,
 # 8080, 8405), W (the work folder).
 set -u
 export PYTHONUNBUFFERED=1 NO_COLOR=1
@@ -72,7 +72,7 @@ def incidents():
 def status():
     out = subprocess.run(["ds4-converge", "status", SPEC, "--json"], capture_output=True, text=True).stdout
     return json.loads(out or "{}")
-def ask(tag, words, timeout=3600, max_tokens=8):
+def ask(tag, words, timeout=3600, max_tokens=int(os.environ.get("MAX_TOKENS", "8"))):
     prompt = f"Request {tag}. " + " ".join(f"w{tag}{i % 251}" for i in range(words)) + " Say hi."
     body = json.dumps({"model": "deepseek-v4-flash", "max_tokens": max_tokens, "temperature": 0, "stream": False,
                        "thinking": {"type": "disabled"}, "messages": [{"role": "user", "content": prompt}]}).encode()
@@ -98,8 +98,8 @@ def answers():
 def port():
     return int(status().get("endpoint", "http://127.0.0.1:8000").rsplit(":", 1)[1])
 result = {"engine_pid": status().get("pid"), "incidents_before": len(incidents())}
-calibration = ask("calib", 100, max_tokens=1)  # the phantom's tokens per word
-WORDS = max(int(TOKENS / max((calibration.get("prompt_tokens") or 500) / 100, 1.0)), 10)
+calibration = ask("calib", 10, max_tokens=1)  # the phantom's tokens per word (the prompt's frame included)
+WORDS = max(int(TOKENS / max((calibration.get("prompt_tokens") or 80) / 10, 1.0)), 5)
 result["words"] = WORDS
 result["long"] = ask("long", WORDS)
 pair = [None, None]
@@ -138,7 +138,11 @@ step stop ds4-converge stop $W/spec.yaml
 # The numbers.
 $PY - "$W/res/scenario.json" <<'PY'
 import json, sys
-r = json.load(open(sys.argv[1]))
+try:
+    r = json.load(open(sys.argv[1]))
+except ValueError:
+    print("FAIL: the scenario stopped early:", open(sys.argv[1].replace(".json", ".err")).read()[-2000:])
+    sys.exit(1)
 line = lambda q: f"{q.get('code')} in {q.get('s')}s, {q.get('prompt_tokens')} prompt tokens" + (f", {q['error']}" if q.get("error") else "")
 print("long prompt:", line(r["long"]))
 for q in r["pair"]:

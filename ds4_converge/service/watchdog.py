@@ -142,7 +142,8 @@ class Tracker:
     def loading(self, now: float) -> bool:
         return now < self.loading_until
 
-    def observe(self, settings: Settings, now: float, state: str, finding: Finding, exit_words: str = "") -> str | None:
+    def observe(self, settings: Settings, now: float, state: str, finding: Finding,
+                exit_words: str = "") -> str | None:
         """One look at the engine; returns the cause of a restart due now, or None.
 
         state: supervisord's statename; exit_words: how it exited (EXITED, FATAL)."""
@@ -173,7 +174,7 @@ class Tracker:
         """A restart was done at `now` (started: False when the memory was short): the next one waits longer.
         Returns that wait."""
         self.restarts += 1
-        self.failures = 0
+        self.failures, self.last_failure = 0, None
         self.start_owed = not started
         delay = min(settings.interval_s * 2 ** self.restarts, settings.backoff_max_s)
         self.not_before = now + delay
@@ -225,7 +226,8 @@ def _ask(settings: Settings, method: str, path: str, timeout: float, body: dict 
     finally:
         connection.close()
     if response.status == 503 and response.getheader("Retry-After"):
-        return Answer(busy_refusal=True, why=f"{path} answered HTTP 503, Retry-After {response.getheader('Retry-After')}")
+        return Answer(busy_refusal=True,
+                      why=f"{path} answered HTTP 503, Retry-After {response.getheader('Retry-After')}")
     if response.status != 200:
         return Answer(why=f"{path} answered HTTP {response.status}")
     if path == "/v1/models" and settings.model not in text:
@@ -242,14 +244,6 @@ def check_completion(settings: Settings) -> Answer:
                "temperature": 0, "thinking": {"type": "disabled"}}
     answer = _ask(settings, "POST", "/v1/chat/completions", COMPLETION_TIMEOUT_S, payload)
     return replace(answer, why=answer.why.replace("/v1/chat/completions", COMPLETION, 1))
-
-
-def check(settings: Settings, completion: bool) -> tuple[bool, str]:
-    """(answered, why not): /v1/models lists the model; with `completion`, a one-token completion answers."""
-    for answer in (check_models(settings),) + ((check_completion(settings),) if completion else ()):
-        if not answer.passed:
-            return False, answer.why
-    return True, ""
 
 
 def record(layout: Layout, incident: dict) -> None:
@@ -326,8 +320,8 @@ def serving(layout: Layout, settings: Settings, supervisor) -> Serving:
     info = supervisor.info(settings.name) if supervisor.is_running(settle=1) else None
     port = urlsplit(settings.endpoint).port
     log = Path(info["stdout_logfile"]) if info and info.get("stdout_logfile") else None
-    return Serving(state=info["statename"] if info else "UNKNOWN", info=info,
-                   pid=(info or {}).get("pid") or None, port=port, log=log, front_slot=_front_slot(layout, settings, port))
+    return Serving(state=info["statename"] if info else "UNKNOWN", info=info, pid=(info or {}).get("pid") or None,
+                   port=port, log=log, front_slot=_front_slot(layout, settings, port))
 
 
 def _front_slot(layout: Layout, settings: Settings, port: int | None) -> str | None:
@@ -383,7 +377,7 @@ def last_spawned(layout: Layout, name: str) -> int | None:
 
 
 def restart(layout: Layout, settings: Settings, supervisor, cause: str, last_pid: int | None = None,
-            details: dict | None = None, *, available=None) -> dict | None:
+            details: dict | None = None) -> dict | None:
     """Restart under the run lock; None when a run owns the box now (the lock is held, a switch is in flight).
     Between the stop and the start, the memory the engine needs must be back (as a switch waits for it):
     otherwise the engine stays stopped and the incident says so ("not restarted")."""
@@ -406,8 +400,8 @@ def restart(layout: Layout, settings: Settings, supervisor, cause: str, last_pid
         try:
             supervisor.stop(settings.name, grace=RESTART_GRACE_S)
             if settings.memory_needed:
-                memory_back.wait_until_back(settings.memory_needed, bound_s=settings.memory_back_s, say=said.append,
-                                            **({"available": available} if available else {}))
+                memory_back.wait_until_back(settings.memory_needed, bound_s=settings.memory_back_s,
+                                            say=said.append)
             supervisor.load(settings.name)
             after = supervisor.info(settings.name) or {}
             incident.update(action="restarted", new_pid=after.get("pid") or None)
@@ -447,8 +441,8 @@ class Watch:
     def look(self, now: Serving, at: float) -> Finding:
         """Ask the engine, and judge what did not answer by its progress."""
         settings, tracker = self.settings, self.tracker
+        judgement = self.progress(now)  # before asking: our own check is not a request in flight
         models = check_models(settings)
-        judgement = self.progress(now)
         if models.busy_refusal:
             return Finding("busy", f"busy: {models.why}")
         if models.timed_out:
