@@ -91,6 +91,8 @@ def test_a_hang_right_after_a_restart_is_restarted_as_fast_as_the_first_and_a_si
     assert killed["oom_killer"] in ("no", "unknown"), killed
     status = box.status()
     assert status["watchdog"]["last_restart"]["signal"] == "SIGKILL", status
+    said = box.cli("status", str(box.spec_path), env={"COLUMNS": "400"}).stdout
+    assert f"killed by SIGKILL, and no stop was ordered (SIGKILL, OOM killer: {killed['oom_killer']})" in said, said
     metrics = (box.root / "metrics" / "ds4_converge.prom").read_text()
     assert 'signal="SIGKILL"' in metrics, metrics
 
