@@ -19,7 +19,8 @@ check_restart:
   back (service/memory_back.py) and supervisord starts it again exactly as its program file says. Memory that
   does not come back: the engine is not started, and the next look tries again after the back-off;
 - restarts back off (interval_s x 2^n, at most backoff_max_s) until a check passes again; a restarted engine
-  that does not answer yet is loading, until its first passed check (or health.deadline_s): never longer blind;
+  that does not answer yet is loading, until its first passed check (or health.deadline_s), and a check it
+  fails then counts only when its load makes no progress: never blind after a restart;
 - never while a converge holds the run lock, or a switch is in flight (the guard's intent): a run owns the box;
 - each incident is one JSON line in ROOT/logs/incidents.jsonl (when, the cause, which check failed with its
   own timeout, the signal and whether the kernel's OOM killer sent it, what it did, the PIDs), which `status`,
@@ -134,7 +135,8 @@ class Tracker:
     failures: int = 0           # failed checks in a row
     restarts: int = 0           # restarts since the engine last passed a check
     not_before: float = 0.0     # no restart before this (back-off)
-    loading_until: float = 0.0  # a restarted engine loads until its first passed check, at most until then
+    loading_until: float = 0.0  # a restarted engine loads until its first passed check, at most until then:
+                                # a check it fails meanwhile counts only when the load does not progress
     last_completion: float = field(default=-math.inf)
     start_owed: bool = False    # the last restart stopped the engine but found the memory short: start it again
     last_failure: Finding | None = None
@@ -160,7 +162,7 @@ class Tracker:
         elif finding.outcome == "busy":
             self.failures = 0
             return None
-        elif finding.outcome == "unasked" or self.loading(now):
+        elif finding.outcome == "unasked":
             return None
         else:
             self.failures += 1
@@ -183,6 +185,15 @@ class Tracker:
 
     def completion_due(self, settings: Settings, now: float) -> bool:
         return bool(settings.completion_every_s) and now - self.last_completion >= settings.completion_every_s
+
+
+def while_loading(finding: Finding, judgement: busy.Judgement) -> Finding:
+    """A check that failed while a restarted engine loads: no failure while the load progresses (CPU time, its
+    log), a failure when nothing moves (an engine hung as it loads is seen as fast as one hung later)."""
+    if judgement.progressed or not judgement.known:
+        return UNASKED
+    return Finding("failed", f"{finding.why}; loading, and {judgement.words.split(', and ', 1)[-1]}",
+                   finding.check, finding.timeout_s)
 
 
 def judged(finding: Finding, judgement: busy.Judgement) -> Finding:
@@ -445,6 +456,8 @@ class Watch:
         models = check_models(settings)
         if models.busy_refusal:
             return Finding("busy", f"busy: {models.why}")
+        if not models.passed and tracker.loading(at):
+            return while_loading(Finding("failed", models.why, MODELS, settings.models_timeout_s), judgement)
         if models.timed_out:
             return judged(Finding("failed", models.why, MODELS, settings.models_timeout_s), judgement)
         if not models.passed:

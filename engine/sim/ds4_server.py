@@ -838,25 +838,20 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, resp_obj(status, output, ru))
 
 
-# An engine at work uses CPU time (the real one computes, or spins on the GPU's stream): the simulator spends
-# this share of each slice of its simulated work on the CPU, so that a watchdog sees it progress, and a hung
-# (SIGSTOPped) one does not.
-COMPUTE_SHARE = 0.05
 SLICE_S = 0.05
 
 
 def _compute(sec, stoppable=False):
+    """Simulated work of `sec` seconds, C.COMPUTE_SHARE of it on the CPU."""
     end = time.time() + sec
     while True:
         left = end - time.time()
         if left <= 0 or (stoppable and STATE.stop_requested):
             return
-        spin_until = time.time() + min(left, SLICE_S) * COMPUTE_SHARE
-        while time.time() < spin_until:
-            pass
+        C.spin(min(left, SLICE_S) * C.COMPUTE_SHARE)
         left = end - time.time()
         if left > 0:
-            time.sleep(min(left, SLICE_S * (1 - COMPUTE_SHARE)))
+            time.sleep(min(left, SLICE_S * (1 - C.COMPUTE_SHARE)))
 
 
 def _sleep(sec):

@@ -1,6 +1,6 @@
 """The watchdog's decision, pure: when it restarts, why, and how it backs off; busy is not hung; never blind."""
 from ds4_converge.service.busy import FrontSlot, Judgement, Sample, judge
-from ds4_converge.service.watchdog import PASSED, UNASKED, Finding, Settings, Tracker, judged
+from ds4_converge.service.watchdog import PASSED, UNASKED, Finding, Settings, Tracker, judged, while_loading
 
 S = Settings(name="ds4", endpoint="http://127.0.0.1:1", model="m", interval_s=10, completion_every_s=60,
              failures=3, backoff_max_s=100, deadline_s=30)
@@ -43,7 +43,7 @@ def test_an_exit_nobody_ordered_restarts_at_once_an_ordered_stop_never():
 def test_restarts_back_off_until_a_check_passes():
     t = Tracker()
     assert t.restarted(S, 0) == 20  # interval x 2
-    assert t.observe(S, 5, "RUNNING", failed("refused")) is None  # loading (deadline_s 30)
+    assert t.loading(5) and t.observe(S, 5, "RUNNING", UNASKED) is None  # loading (deadline_s 30), progressing
     assert t.failures == 0
     assert t.observe(S, 10, "EXITED", UNASKED, "exited (exit status 1)") is None  # backing off until 20
     assert t.observe(S, 20, "EXITED", UNASKED, "exited (exit status 1)") is not None
@@ -58,8 +58,8 @@ def test_the_loading_window_ends_at_the_first_passed_check_so_a_second_hang_is_s
     slow = Settings(**{**S.__dict__, "deadline_s": 900})  # the Spark example's deadline
     t = Tracker()
     t.restarted(slow, 0)
-    assert t.observe(slow, 10, "RUNNING", failed("refused")) is None  # loading: not counted
-    assert t.observe(slow, 20, "RUNNING", PASSED) is None  # loaded
+    assert t.loading(10) and t.observe(slow, 10, "RUNNING", UNASKED) is None  # loading
+    assert t.observe(slow, 20, "RUNNING", PASSED) is None and not t.loading(30)  # loaded: no longer a window
     causes = [t.observe(slow, at, "RUNNING", failed("hung")) for at in (30, 40, 50)]
     assert causes[:2] == [None, None] and causes[2].startswith("3 checks failed"), causes
 
@@ -122,3 +122,14 @@ def test_the_front_door_counting_only_5xx_is_poisoned_and_5xx_among_2xx_is_not()
     assert poisoned.poisoned and not poisoned.busy and "7 5xx answer(s) and 0 2xx" in poisoned.words
     refusing = judge(before, Sample(at=10, front=FrontSlot(1, 500, 14, 7)), ticks_per_s=100)  # admission control
     assert not refusing.poisoned
+
+
+def test_a_check_failed_while_loading_counts_only_when_the_load_does_not_progress():
+    refused = Finding("failed", "/v1/models: ConnectionRefusedError: [Errno 111] Connection refused", "/v1/models", 1.0)
+    assert while_loading(refused, judge(Sample(at=0, cpu_ticks=5), Sample(at=2, cpu_ticks=40), 100)) == UNASKED
+    assert while_loading(refused, judge(None, Sample(at=0, cpu_ticks=5))) == UNASKED  # the first look: unknown
+    stuck = while_loading(refused, judge(Sample(at=0, cpu_ticks=5, log_bytes=9), Sample(at=2, cpu_ticks=5,
+                                                                                         log_bytes=9), 100))
+    assert stuck.outcome == "failed" and stuck.check == "/v1/models", stuck
+    assert stuck.why == ("/v1/models: ConnectionRefusedError: [Errno 111] Connection refused; loading, and no "
+                         "progress (CPU time, log, bytes sent) in the last 2 s"), stuck
