@@ -2,8 +2,9 @@
 
 - a client's long prefill on the upstream flavour (one request at a time) is busy, not hung: it completes with its
   answer, the engine is not restarted, and the watchdog's log says it was busy;
-- a hang, then a second hang right after the restart: both restarted within failures x (interval + timeout) +
-  the stop grace, although health.deadline_s is long (the loading window ends at the first passed check);
+- a hang, then a hang of the restarted engine as it loads, then one right after it answers: each restarted
+  within failures x (interval + timeout) + the stop grace, although health.deadline_s is long (the loading
+  window ends at the first passed check, and a load that does not progress is no excuse);
 - a SIGKILL from outside: the incident names SIGKILL and whether the kernel's OOM killer sent it;
 - a poisoned engine (completions answer 500, /v1/models 200): restarted, the incident names the completion."""
 import json
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.slow
 FAST = {**WATCHDOG, "completion_every_s": 1}  # interval 0.5 s, failures 2: a restart within about 3 s of a hang
 PREFILL_TOK_S = 400
 PROMPT_WORDS = 2400  # about 6 s of prefill at PREFILL_TOK_S: twelve looks of the watchdog
+LOAD_S = 3  # a restarted engine's load: a hang within it must be seen too
 
 
 def _ask(box, words: int, timeout: float = 60, front: bool = False) -> dict:
@@ -61,30 +63,48 @@ def test_a_long_prefill_is_busy_not_hung_and_completes_with_its_answer(box, fron
     assert "busy: 1 request in flight" in said and "the completion check waits for an idle moment" in said, said
 
 
-def test_a_hang_right_after_a_restart_is_restarted_as_fast_as_the_first_and_a_sigkill_is_named(box):
+def test_hangs_right_after_a_restart_are_restarted_as_fast_as_the_first_and_a_sigkill_is_named(box):
+    box.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"] = str(LOAD_S)
     box.spec["health"].update(deadline_s=60, watchdog=FAST)  # a long load window: a restart must not be blind
     box.write()
     rc, document = box.converge()
     assert rc == 0, document
     bound = FAST["failures"] * (FAST["interval_s"] + 1) + 5 + 10  # + the stop grace + a slow, shared machine
 
-    for count in (1, 2):
-        _wait(lambda: _answers(box), 15, "the engine answering")
-        (pid,) = engine_pids(box.root)
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            hung = time.monotonic()
-            incident = _restarted_after(box, pid, count, timeout=bound)
-            assert time.monotonic() - hung - 1.5 < bound
-        finally:
-            if pid in engine_pids(box.root):
-                os.kill(pid, signal.SIGCONT)
-        assert incident["cause"].startswith("2 checks failed in a row, the last: /v1/models did not answer"), incident
-        assert incident["check"] == "/v1/models", incident
+    # hung while it serves; then the engine restarted for it hung as it loads, before any check of it passed;
+    # then the next one right after it answers: each restarted within the bound
+    _wait(lambda: _answers(box), 15, "the engine answering")
+    (first,) = engine_pids(box.root)
+    os.kill(first, signal.SIGSTOP)
+    loading = _wait(lambda: next(iter(engine_pids(box.root) - {first}), None), bound, "the restarted engine")
+    os.kill(loading, signal.SIGSTOP)
+    try:
+        hung = time.monotonic()
+        second = _restarted_after(box, loading, 2, timeout=bound + LOAD_S)
+        assert time.monotonic() - hung - 1.5 < bound + LOAD_S
+    finally:
+        if loading in engine_pids(box.root):
+            os.kill(loading, signal.SIGCONT)
+    first_incident = _incidents(box)[0]
+    assert first_incident["pid"] == first and first_incident["new_pid"] == loading, first_incident
+    assert "/v1/models did not answer within 1s" in first_incident["cause"], first_incident
+    assert second["cause"].startswith("2 checks failed in a row, the last: /v1/models"), second
+    assert "loading, and no progress" in second["cause"] and second["check"] == "/v1/models", second
+
+    (pid,) = engine_pids(box.root)  # answering: _restarted_after waited for it
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        hung = time.monotonic()
+        third = _restarted_after(box, pid, 3, timeout=bound + LOAD_S)
+        assert time.monotonic() - hung - 1.5 < bound + LOAD_S
+    finally:
+        if pid in engine_pids(box.root):
+            os.kill(pid, signal.SIGCONT)
+    assert third["cause"].startswith("2 checks failed in a row, the last: /v1/models did not answer"), third
 
     (pid,) = engine_pids(box.root)
     os.kill(pid, signal.SIGKILL)
-    killed = _restarted_after(box, pid, 3, timeout=15)
+    killed = _restarted_after(box, pid, 4, timeout=15 + LOAD_S)
     assert killed["signal"] == "SIGKILL" and killed["check"] == "exit", killed
     assert killed["cause"] == "the engine was killed by SIGKILL, and no stop was ordered", killed
     # the kernel log is readable here or not: never a guess either way
