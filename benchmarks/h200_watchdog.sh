@@ -151,8 +151,9 @@ if r["long"]:
     print("long prompt:", line(r["long"]))
 for q in r["pair"]:
     print("two at once:", line(q))
-print(f"both at once took {r['pair_s']}s; incidents during the requests: {r['incidents_after_requests']}; "
-      f"same engine after them: {r['same_engine']}")
+if r["pair_s"] is not None:
+    print(f"both at once took {r['pair_s']}s; incidents during the requests: {r['incidents_after_requests']}; "
+          f"same engine after them: {r['same_engine']}")
 for n, h in enumerate(r["hangs"], 1):
     print(f"SIGSTOP {n}: pid {h['pid']} -> {h['new_pid']}, a new engine answering after {h['restarted_answering_s']}s; "
           f"cause: {h['cause']}")
