@@ -89,6 +89,11 @@ def watchdog_summary(root: Path) -> dict:
     return summary(Layout(root))
 
 
+def _seen(incident: dict) -> dict:
+    """What an incident saw, as labels: the check that failed, the signal, the OOM killer (when there are)."""
+    return {key: str(incident[key]) for key in ("check", "signal", "oom_killer") if incident.get(key)}
+
+
 def box_facts(root: Path, *, release: str | None, healthy: bool) -> dict:
     """The facts of the box under `root`, with what serves now and whether it is healthy as the run found."""
     state = _read_json(root / "state.json")
@@ -144,7 +149,8 @@ def metrics_text(facts: dict, *, command: str, ok: bool, now: float | None = Non
     restart = watch.get("last_restart")
     families.append(("ds4_converge_watchdog_last_restart_timestamp_seconds",
                      "When the watchdog last restarted the engine between runs (Unix time), with its cause.",
-                     [({**root, "cause": restart.get("cause") or ""}, _epoch(restart.get("at")))] if restart else []))
+                     [({**root, "cause": restart.get("cause") or "", **_seen(restart)}, _epoch(restart.get("at")))]
+                     if restart else []))
     bench = facts["last_bench"]
     families.append(("ds4_converge_bench_decode_tokens_per_second",
                      "Decode tok/s of one client on the shortest prompt, at the last bench.",

@@ -189,9 +189,16 @@ def status_lines(doc: dict) -> list[str]:
         outcome = "ok" if last_run["ok"] else f"failed: {one_line(last_run['error'] or '')}"
         rows.append(("last run", f"{last_run['command']} at {last_run['finished_at']}: {outcome}"))
     watch = doc.get("watchdog") or {}
+    if watch.get("last_incident"):
+        from ds4_converge.service.watchdog import incident_words
     if watch.get("last_restart"):
         last = watch["last_restart"]
-        rows.append(("watchdog", f"{watch['incidents']} incident(s); last restart {last['at']}: {last['cause']}"))
+        rows.append(("watchdog", f"{watch['incidents']} incident(s); last restart {last['at']}: "
+                                 f"{incident_words(last)}"))
+    incident = watch.get("last_incident")
+    if incident and incident.get("action") != "restarted":  # not restarted, restart failed: what it says now
+        rows.append(("watchdog", f"last incident {incident['at']}: {incident_words(incident)}: "
+                                 f"{incident['action']}"))
     if front:
         where = (f"→ engine {front['points_at']}" if front["points_at"] else "→ no engine slot in service") \
             if front["up"] else f"down ({front.get('problem') or 'HAProxy does not run'})"

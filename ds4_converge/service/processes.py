@@ -27,6 +27,20 @@ def parse_stat(pid: int, text: str) -> Process:
     return Process(pid=pid, state=fields[0], ppid=int(fields[1]), pgid=int(fields[2]), started=int(fields[19]))
 
 
+def parse_cpu_ticks(text: str) -> int:
+    """`/proc/PID/stat` -> the CPU time all its threads used, user and system, in clock ticks (utime + stime)."""
+    fields = text.rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def cpu_ticks(pid: int) -> int | None:
+    """The CPU time the process used so far (clock ticks); None when it is gone (or /proc hides it)."""
+    try:
+        return parse_cpu_ticks((PROC / str(pid) / "stat").read_text())
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def read(pid: int) -> Process | None:
     """The process now, or None when it is gone (or /proc hides it)."""
     try:

@@ -131,11 +131,21 @@ def _await_memory(ctx: Context) -> None:
     """The new engine starts only into memory that is back (service/memory_back.py); model.memory_budget: warn
     says the numbers and goes on, as its plan did. Memory that is back is the end of the old engine's stop, so
     server.stop_wait_s bounds the wait too (at most memory_back.MEMORY_BACK_S)."""
+    needed = _memory_needed(ctx)
+    if needed is not None:
+        memory_back.wait_until_back(needed, say=ctx.say, bound_s=_memory_back_s(ctx))
+
+
+def _memory_needed(ctx: Context) -> int | None:
+    """What MemAvailable must hold before a new engine starts (None: model.memory_budget warn, or not known)."""
     budget = ctx.memory_estimate
     if budget is None or ctx.spec.model.memory_budget != "enforce":
-        return
-    memory_back.wait_until_back(budget.peak + memory_back.FREE_RESERVE_BYTES, say=ctx.say,
-                                bound_s=min(memory_back.MEMORY_BACK_S, float(ctx.spec.server.stop_wait_s)))
+        return None
+    return budget.peak + memory_back.FREE_RESERVE_BYTES
+
+
+def _memory_back_s(ctx: Context) -> float:
+    return min(memory_back.MEMORY_BACK_S, float(ctx.spec.server.stop_wait_s))
 
 
 def _install(ctx: Context, deployment: Deployment, step: str = "") -> None:
@@ -268,7 +278,11 @@ def watch_text(ctx: Context) -> str | None:
 
 
 def _watch_settings(ctx: Context):
-    return watchdog.Settings.of(ctx.spec, verdict_endpoint(ctx), MODEL_ID) if watched(ctx) else None
+    if not watched(ctx):
+        return None
+    # a restart waits for the memory as a switch does
+    return watchdog.Settings.of(ctx.spec, verdict_endpoint(ctx), MODEL_ID, memory_needed=_memory_needed(ctx),
+                                memory_back_s=_memory_back_s(ctx))
 
 
 def verdict_endpoint(ctx: Context) -> str:

@@ -32,7 +32,7 @@ PROG = "ds4"
 TIMESTAMPS = False
 
 KNOWN_FAULTS = ("none", "crash-at-start", "crash-after", "hang", "wrong-model",
-                "wrong-answer", "build-fails", "dsml-as-text")
+                "wrong-answer", "build-fails", "dsml-as-text", "poisoned")
 
 
 # --------------------------------------------------------------------------- command line
@@ -195,6 +195,11 @@ def fault():
             return name, max(float(arg), 0.0)
         except ValueError:
             return name, 3.0
+    if name == "poisoned":  # poisoned:N: after N seconds of serving (none: from the start)
+        try:
+            return name, max(float(arg), 0.0)
+        except ValueError:
+            return name, 0.0
     return name, None
 
 
@@ -619,6 +624,18 @@ def gpu_name():
     return "NVIDIA H200 (%s)" % arch
 
 
+# An engine at work uses CPU time (the real one computes, reads its weights, or spins on the GPU's stream): the
+# simulator spends this share of its simulated load, prefill and decode on the CPU, so that a watchdog sees it
+# progress, and a hung (SIGSTOPped) one not.
+COMPUTE_SHARE = 0.05
+
+
+def spin(seconds):
+    end = time.time() + seconds
+    while time.time() < end:
+        pass
+
+
 def simulate_load(g, backend, warm, stop_requested, hang=False):
     """Sleeps load_seconds in small steps, printing progress like the engine.
     stop_requested() is polled; when it turns true, Stop is raised."""
@@ -653,6 +670,8 @@ def simulate_load(g, backend, warm, stop_requested, hang=False):
             last_line = now
         if frac >= 1.0:
             break
+        if frac < cap:  # a load that hangs does no work
+            spin(0.02 * COMPUTE_SHARE)
         time.sleep(0.02)
     if warm:
         log("ds4: warming %.2f GiB of mmapped weights" % gib)

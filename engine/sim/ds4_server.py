@@ -360,6 +360,10 @@ class Handler(BaseHTTPRequestHandler):
         fn = routes.get(p)
         if fn is None:
             return self._json(404, _err("unknown endpoint"))
+        if STATE.fault[0] == "poisoned" and time.time() - STATE.started >= STATE.fault[1]:
+            # alive but answering only errors (ds4#759): every generation fails, /v1/models still answers
+            C.log("ds4: error: worker failed: session state corrupted")
+            return self._json(500, _err("session state corrupted", "server_error"))
         if (self.headers.get("Transfer-Encoding") or "").lower() == "chunked":
             return self._json(400, _err("chunked request bodies are not supported"))
         try:
@@ -437,7 +441,7 @@ class Handler(BaseHTTPRequestHandler):
             kind_lbl = "completion" if kind == "completion" else "chat"  # the real server's two request kinds
             span = "%d..%d:%d" % (cached, n_prompt, n_prompt - cached)
             with STATE.speed.prefilling():  # prefill has no stop check in the real one
-                time.sleep(STATE.speed.prefill_seconds(prefill))
+                _compute(STATE.speed.prefill_seconds(prefill))
             t_prompt = time.time()
             C.log("ds4-server: %s ctx=%s prompt done %.3fs" % (kind_lbl, span, t_prompt - t0))
             gen = G.generate(last_user, thinking, max_tokens, tools, tool_choice, last_role)
@@ -834,13 +838,24 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, resp_obj(status, output, ru))
 
 
-def _sleep(sec):
+SLICE_S = 0.05
+
+
+def _compute(sec, stoppable=False):
+    """Simulated work of `sec` seconds, C.COMPUTE_SHARE of it on the CPU."""
     end = time.time() + sec
     while True:
         left = end - time.time()
-        if left <= 0 or STATE.stop_requested:
+        if left <= 0 or (stoppable and STATE.stop_requested):
             return
-        time.sleep(min(left, 0.05))
+        C.spin(min(left, SLICE_S) * C.COMPUTE_SHARE)
+        left = end - time.time()
+        if left > 0:
+            time.sleep(min(left, SLICE_S * (1 - C.COMPUTE_SHARE)))
+
+
+def _sleep(sec):
+    _compute(sec, stoppable=True)
 
 
 def metrics_text():

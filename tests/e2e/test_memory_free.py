@@ -11,7 +11,10 @@
 Each test sizes the context from what MemAvailable says at that moment, so the numbers fall in the middle of a
 window some GiB wide whatever the machine's size: the engine's KV arithmetic (engine knowledge) turns a byte count
 into a ctx. The memory really is held (touched pages), so these tests cost a few GiB for some seconds."""
+import json
 import mmap
+import os
+import signal
 import re
 from datetime import datetime
 import multiprocessing
@@ -163,3 +166,54 @@ def _wait_until_given_back(old: set[int], deadline: float) -> None:
 
 def _model_bytes(box) -> int:
     return Path(box.spec["model"]["main"]).stat().st_size
+
+
+def test_a_watchdog_restart_waits_for_the_memory_and_never_starts_into_memory_that_is_not_there(box):
+    """An engine that needs nearly all that is free. Killed from outside while another program has taken HELD:
+    the watchdog's restart waits for the memory as a switch does (server.stop_wait_s bounds it), does not start
+    the engine into memory that is not there, and says so; once the memory is back, it starts it after its
+    back-off."""
+    box.spec["server"]["stop_wait_s"] = BOUND_S
+    box.spec["health"].update(watchdog={"interval_s": 0.5, "failures": 2, "backoff_max_s": 4,
+                                        "completion_every_s": 0})
+    box.write()
+    memory = _meminfo()  # a peak that fits with 2 GiB to spare, and is short once HELD is taken
+    peak = min(memory.available_bytes - FREE_RESERVE_BYTES - 2 * GIB, memory.total_bytes - OS_HEADROOM_BYTES - GIB)
+    rc, document = box.converge("--set", f"server.ctx={_ctx_for_peak(peak, _model_bytes(box))}")
+    assert rc == 0, document.get("error")
+    needed = json.loads((box.root / "run" / "watch.json").read_text())["memory_needed"]
+    assert needed == estimate(_model_bytes(box), _ctx_for_peak(peak, _model_bytes(box))).peak + FREE_RESERVE_BYTES
+    pid = box.status()["pid"]
+
+    ready, done = multiprocessing.Event(), multiprocessing.Event()
+    holder = multiprocessing.get_context("fork").Process(target=_hold, args=(HELD, ready, done), daemon=True)
+    holder.start()
+    try:
+        assert ready.wait(60), "the holder did not take its memory"
+        assert _meminfo().available_bytes < needed - GIB, (_meminfo(), needed, "the window needs HELD taken")
+        os.kill(pid, signal.SIGKILL)
+        short = _incident(box, 1, timeout=BOUND_S + 30)
+        time.sleep(1.5)  # past the back-off: it tries again, and again does not start into what is not there
+        assert not engine_pids(box.root)
+    finally:
+        done.set()
+        holder.join(10)
+    assert short["action"] == "not restarted" and short["signal"] == "SIGKILL", short
+    assert f"waiting up to {BOUND_S}s for the old engine's memory to come back" in short["memory"], short
+    assert "did not come back" in short["memory"] and "not starting it" in short["memory"], short
+
+    then = _incident(box, 2, timeout=BOUND_S + 30)  # the memory is back: started after the back-off
+    assert then["action"] == "restarted", then
+    assert then["cause"] == "the last restart found the memory short and did not start the engine", then
+    status = box.status()
+    assert status["pid"] == then["new_pid"] and status["healthy"], status
+
+
+def _incident(box, count: int, timeout: float) -> dict:
+    path, deadline = box.root / "logs" / "incidents.jsonl", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        if len(seen) >= count:
+            return seen[count - 1]
+        time.sleep(0.5)
+    raise AssertionError(f"no incident {count} within {timeout}s: {seen}")

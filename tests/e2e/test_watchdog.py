@@ -77,7 +77,9 @@ def test_the_watchdog_restarts_what_nobody_restarted_and_says_why(box):
     finally:
         if pid in engine_pids(box.root):
             os.kill(pid, signal.SIGCONT)
-    assert third["cause"].startswith("2 checks failed in a row, the last: no answer within 1s (hung?)"), third
+    assert third["cause"].startswith("2 checks failed in a row, the last: /v1/models did not answer within 1s; "), third
+    assert "and no progress (CPU time, log, bytes sent)" in third["cause"], third
+    assert third["check"] == "/v1/models" and third["timeout_s"] == 1, third
 
     status = box.status()
     assert status["watchdog"]["incidents"] == 3, status

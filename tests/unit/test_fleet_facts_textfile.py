@@ -59,3 +59,18 @@ def test_the_last_bench_s_gpu_clocks_and_slowdowns_become_series(tmp_path):
     results.write_text(json.dumps(record) + "\n")
     text = fleet_facts.metrics_text(dict(FACTS, last_bench=fleet_facts.last_bench(results)), command="status", ok=True)
     assert "gpu" not in text
+
+
+def test_the_last_restart_says_which_check_failed_the_signal_and_the_oom_killer():
+    restart = {"at": "2026-12-01T20:02:00+00:00", "cause": "the engine was killed by SIGKILL, and no stop was ordered",
+               "check": "exit", "signal": "SIGKILL", "oom_killer": "unknown", "action": "restarted"}
+    facts = dict(FACTS, watchdog={"incidents": 1, "last_incident": restart, "last_restart": restart})
+    labels, value = parsed(fleet_facts.metrics_text(facts, command="status", ok=True, now=1000.0))[
+        "ds4_converge_watchdog_last_restart_timestamp_seconds"]
+    assert labels == {"root": FACTS["root"], "cause": restart["cause"], "check": "exit", "signal": "SIGKILL",
+                      "oom_killer": "unknown"} and value == 1796155320.0
+    hung = {"at": restart["at"], "cause": "2 checks failed in a row", "check": "/v1/models", "timeout_s": 2}
+    labels = parsed(fleet_facts.metrics_text(dict(FACTS, watchdog={"incidents": 2, "last_incident": hung,
+                                                                   "last_restart": hung}), command="status", ok=True)
+                    )["ds4_converge_watchdog_last_restart_timestamp_seconds"][0]
+    assert labels == {"root": FACTS["root"], "cause": hung["cause"], "check": "/v1/models"}
