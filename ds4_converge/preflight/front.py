@@ -26,9 +26,11 @@ def findings(ctx: Context) -> list[Finding]:
             path = ctx.host_path(getattr(front.tls, field))
             if not path.is_file():
                 out.append(Finding("error", f"front.tls.{field}: {path} is not a file"))
-    ports = [("front.port", front.port)] + ([("front.metrics.port", front.metrics.port)] if front.metrics else [])
-    for field, port in ports:
-        out += _held(ctx, field, port)
+    ports = [("front.port", front.host, front.port)]
+    if front.metrics:
+        ports.append(("front.metrics.port", front.metrics.host, front.metrics.port))
+    for field, host, port in ports:
+        out += _held(ctx, field, host, port)
     return out
 
 
@@ -50,14 +52,16 @@ def _key_file(ctx: Context) -> list[Finding]:
     return []
 
 
-def _held(ctx: Context, field: str, port: int) -> list[Finding]:
-    """A port held by anyone but our own supervisord's programs (the front door of an earlier run)."""
-    from ds4_converge.facts.port import port_holders
+def _held(ctx: Context, field: str, host: str, port: int) -> list[Finding]:
+    """A port held on `host`'s address (the same address, or a wildcard: another loopback address is no collision,
+    the rule of server.host) by anyone but our own supervisord's programs (the front door of an earlier run)."""
+    from ds4_converge.facts.port import blocks, port_holders
 
-    listeners = port_holders(port)
+    listeners = [l for l in port_holders(port) if blocks(l.address, host)]
     ours = ctx.supervisor.owns(l.pid for l in listeners if l.pid) if listeners else set()
     return [Finding("error", f"{field}: port {port} is held by "
                              + (f"pid {l.pid} ({l.command or '?'})" if l.pid else "a process this user cannot see")
+                             + f" on {l.address}"
                              + ", which ds4-converge does not manage",
                     fix=f"stop it or choose another {field}")
             for l in listeners if l.pid is None or l.pid not in ours]
