@@ -41,6 +41,12 @@ class Layout:
         return self.root / "supervisor"
 
     @property
+    def front_config(self) -> Path:
+        """The front door's haproxy.cfg (service/front.py): HAProxy runs with `-f` this file, which is how a
+        front door that outlived its supervisord is known as ours."""
+        return self.root / "front" / "haproxy.cfg"
+
+    @property
     def supervisord_conf(self) -> Path:
         return self.supervisor / "supervisord.conf"
 
