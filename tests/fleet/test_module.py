@@ -129,6 +129,7 @@ def test_role_documents_every_variable_it_defaults(ansible_env):
     text = ANSI.sub("", proc.stdout)
     assert re.search(r"ENTRY POINT: \W?main\W? - ", text) and re.search(r"ENTRY POINT: \W?status\W? - ", text)
     assert re.search(r"^[-=\s]+ds4_converge_spec\s", text, re.MULTILINE)
+    assert "role's library" not in text and "runs the module `ds4.converge.ds4_converge'" in " ".join(text.split()), text
 
 
 def test_check_mode_plans_the_new_spec_and_touches_nothing(ansible_env, spec, tmp_path):
