@@ -87,6 +87,18 @@ def box_facts(root: Path, *, release: str | None, healthy: bool) -> dict:
             "watchdog": watchdog_summary(root)}
 
 
+def after_guard(root: Path) -> None:
+    """The textfile once the switch guard recorded the outcome of a run that died mid-switch (last-run.json): that
+    command's last run failed, and what serves was restored without a probe (healthy 0 until a run or `status`
+    finds it so)."""
+    from ds4_converge.core.layout import LAST_RUN
+
+    record = _read_json(root / "logs" / LAST_RUN)
+    if isinstance(record, dict) and isinstance(record.get("command"), str):
+        after_run(root, {"command": record["command"], "ok": bool(record.get("ok")), "release": record.get("release")},
+                  healthy=False)
+
+
 def after_run(root: Path, document: dict, *, healthy: bool) -> None:
     """The textfile for a run's report (best effort: metrics never fail a run)."""
     with contextlib.suppress(Exception):
@@ -200,3 +212,9 @@ def _number(value) -> str:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+if __name__ == "__main__":  # the switch guard (service/guard.py), after it recorded a run's outcome
+    import sys
+
+    after_guard(Path(sys.argv[1]))

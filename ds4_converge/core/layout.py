@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+LAST_RUN = "last-run.json"  # under ROOT/logs
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -64,6 +66,12 @@ class Layout:
     @property
     def supervisord_pid(self) -> Path:
         return self.run / "supervisord.pid"
+
+    @property
+    def last_run_file(self) -> Path:
+        """The outcome of the last converge or rollback (cli/session.py), or of a run that died mid-switch (the
+        switch guard records what it restored)."""
+        return self.logs / LAST_RUN
 
     @property
     def state_file(self) -> Path:
