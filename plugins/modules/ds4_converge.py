@@ -338,7 +338,7 @@ def failure_message(rc, report, err, out, spec_path, shown_path, candidate=None)
         message += " | details: ds4-converge logs %s" % spec_path
     if shown_path == spec_path:
         return message
-    if candidate is None:
+    if candidate is None or rc != 2:  # only an invalid spec's messages point into the new text
         return message.replace(shown_path, spec_path)
     return (message.replace(shown_path, "<new spec from %s>" % candidate)
             + " | not written: %s holds the spec before (the new spec's text: spec_text)" % spec_path)
@@ -381,7 +381,7 @@ def main():
             if rc != 0:
                 invalid = dict(changed=False, spec_changed=False, state=state, rc=rc, release=None, endpoint=None,
                                reverted=False, stderr=err, cmd=[spec_path if part == scratch else part for part in cmd],
-                               spec_text=after)
+                               **(dict(spec_text=after) if rc == 2 else {}))
                 module.fail_json(msg=failure_message(rc, report, err, out, spec_path, scratch, candidate), **invalid)
             module.atomic_move(scratch, spec_path)
             scratch = None
