@@ -5,7 +5,8 @@ revert (when, what failed, what was put back), the decode tok/s of the last benc
 (how many, and when it last restarted the engine, with the cause). They come from files under
 the root only (state.json, logs/, bench/results.jsonl), so writing them costs a run nothing it would notice.
 
-After each run (converge, rollback, status, stop; a no-op confirmed from its receipt too) the facts are written
+After each run (converge, rollback, status, stop; a no-op confirmed from its receipt too; a run that died
+mid-switch once the switch guard restored last good: the guard runs `python -m` this module) the facts are written
 as a Prometheus textfile, `ROOT/metrics/ds4_converge.prom`, in the node exporter's textfile collector
 convention: the text exposition format, written to a temporary file in the same directory and renamed over the
 old one, so the collector never reads half a file (its name does not end in `.prom` until the rename). Point
