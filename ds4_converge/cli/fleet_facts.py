@@ -5,7 +5,8 @@ revert (when, what failed, what was put back), the decode tok/s of the last benc
 (how many, and when it last restarted the engine, with the cause). They come from files under
 the root only (state.json, logs/, bench/results.jsonl), so writing them costs a run nothing it would notice.
 
-After each run (converge, rollback, status, stop; a no-op confirmed from its receipt too) the facts are written
+After each run (converge, rollback, status, stop; a no-op confirmed from its receipt too; a run that died
+mid-switch once the switch guard restored last good: the guard runs `python -m` this module) the facts are written
 as a Prometheus textfile, `ROOT/metrics/ds4_converge.prom`, in the node exporter's textfile collector
 convention: the text exposition format, written to a temporary file in the same directory and renamed over the
 old one, so the collector never reads half a file (its name does not end in `.prom` until the rename). Point
@@ -103,6 +104,18 @@ def box_facts(root: Path, *, release: str | None, healthy: bool) -> dict:
             "last_good": last_good.get("release"), "last_good_at": last_good.get("recorded_at") or None,
             "last_revert": last_revert(root / "logs"), "last_bench": last_bench(root / "bench" / "results.jsonl"),
             "watchdog": watchdog_summary(root)}
+
+
+def after_guard(root: Path) -> None:
+    """The textfile once the switch guard recorded the outcome of a run that died mid-switch (last-run.json): that
+    command's last run failed, and what serves was restored without a probe (healthy 0 until a run or `status`
+    finds it so)."""
+    from ds4_converge.core.layout import LAST_RUN
+
+    record = _read_json(root / "logs" / LAST_RUN)
+    if isinstance(record, dict) and isinstance(record.get("command"), str):
+        after_run(root, {"command": record["command"], "ok": bool(record.get("ok")), "release": record.get("release")},
+                  healthy=False)
 
 
 def after_run(root: Path, document: dict, *, healthy: bool) -> None:
@@ -212,3 +225,9 @@ def _epoch(stamp) -> float | None:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+if __name__ == "__main__":  # the switch guard (service/guard.py), after it recorded a run's outcome
+    import sys
+
+    after_guard(Path(sys.argv[1]))

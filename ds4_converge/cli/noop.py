@@ -2,9 +2,11 @@
 
 `replay` runs before anything heavy is imported (no pydantic, no spec validation, no host commands): when the
 receipt of the last full no-op still holds (orchestrate/receipt.py checks every file, process and the endpoint it relied
-on), the run reports that no-op again, with today's time, and records it as the last run. Whenever anything
-differs, or the arguments ask for more than a plain converge (--check, --diff, --refresh, ...), it returns None
-and the full converge runs as always. `record` writes the receipt after a full converge that changed nothing.
+on), the run reports that no-op again, with today's time, and records it as the last run. `--json --check` (the
+fleet role's plan before each host's turn) is answered the same way: a converge would change nothing, so the plan
+is that no-op, marked `check` and recorded as no run. Whenever anything differs, or the arguments ask for more
+(--diff, --refresh, --check without --json, ...), it returns None and the full converge or plan runs as always.
+`record` writes the receipt after a full converge that changed nothing.
 """
 from __future__ import annotations
 
@@ -15,25 +17,30 @@ from pathlib import Path
 from ds4_converge.orchestrate import receipt
 
 # the arguments a receipt can answer; anything else is a full converge
-JSON, SET = "--json", "--set"
+JSON, SET, CHECK = "--json", "--set", "--check"
 
 
-def fast_arguments(argv: list[str], commands) -> tuple[Path, list[str], bool] | None:
-    """(spec, --set values, --json) when argv is a plain `ds4-converge SPEC [--json] [--set K=V ...]`."""
+def fast_arguments(argv: list[str], commands) -> tuple[Path, list[str], bool, bool] | None:
+    """(spec, --set values, --json, --check) when argv is a plain `ds4-converge SPEC [--json] [--set K=V ...]`, or
+    the same with `--check` and `--json` (a plan read by a program: text mode prints a converge's lines)."""
     if not argv or argv[0].startswith("-") or argv[0] in commands:
         return None
-    spec, overrides, json_mode, rest = Path(argv[0]), [], False, argv[1:]
+    spec, overrides, json_mode, check, rest = Path(argv[0]), [], False, False, argv[1:]
     while rest:
         word = rest.pop(0)
         if word == JSON:
             json_mode = True
+        elif word == CHECK:
+            check = True
         elif word == SET and rest:
             overrides.append(rest.pop(0))
         elif word.startswith(SET + "="):
             overrides.append(word[len(SET) + 1:])
         else:
             return None
-    return spec, overrides, json_mode
+    if check and not json_mode:
+        return None
+    return spec, overrides, json_mode, check
 
 
 def replay(argv: list[str], commands) -> int | None:
@@ -43,7 +50,7 @@ def replay(argv: list[str], commands) -> int | None:
     stored = receipt.load(path) if path else None
     if stored is None:
         return None
-    spec, overrides, json_mode = parsed
+    spec, overrides, json_mode, check = parsed
     try:
         asked = receipt.inputs(spec, overrides)
     except OSError:  # the spec is gone or unreadable: the full path says so properly
@@ -58,9 +65,12 @@ def replay(argv: list[str], commands) -> int | None:
         if receipt.still_holds(stored, asked) is not None:
             return None
         document = {**stored["document"], "from_receipt": stored["recorded_at"]}
-        from ds4_converge.cli.session import write_last_run
+        if check:  # the plan of a converge that would change nothing: that no-op, planned, not run
+            document["check"] = True
+        else:
+            from ds4_converge.cli.session import write_last_run
 
-        write_last_run(Path(stored["logs"]), document)
+            write_last_run(Path(stored["logs"]), document)
     if json_mode:
         from ds4_converge.cli.report import print_json
 

@@ -202,6 +202,8 @@ def status_lines(doc: dict) -> list[str]:
     if front:
         where = (f"→ engine {front['points_at']}" if front["points_at"] else "→ no engine slot in service") \
             if front["up"] else f"down ({front.get('problem') or 'HAProxy does not run'})"
+        if front.get("unsupervised_pid"):
+            where += f", unsupervised (HAProxy pid {front['unsupervised_pid']}: the next run replaces it)"
         rows.append(("front door", f"{front['url']} {where}"
                                    + (f"; metrics {front['metrics']}" if front["metrics"] else "")))
     rows.append(("root", doc["root"]))

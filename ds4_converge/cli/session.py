@@ -8,8 +8,7 @@ import sys
 from datetime import datetime, timezone
 
 from ds4_converge.cli.command import FAILED, INVALID, LOCKED, CliError
-
-LAST_RUN = "last-run.json"  # under ROOT/logs: the report of the last converge or rollback
+from ds4_converge.core.layout import LAST_RUN  # under ROOT/logs: the last converge or rollback
 
 
 class Session:
@@ -82,6 +81,7 @@ class Session:
             loaded = self.load_spec()
             try:
                 self.ctx = make_context(loaded, say=lambda message: None, **kwargs)
+                self.ctx.command = getattr(self.command, "name", None) or "converge"
             except SpecInvalid as exc:  # the spec does not fit this host (an unknown server.user, paths.root)
                 raise CliError(INVALID, "invalid", f"{self.args.spec}: invalid spec", lines=exc.problems,
                                problems=[p.to_json() for p in exc.located]) from None

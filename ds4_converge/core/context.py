@@ -91,6 +91,7 @@ class Context:
     verdict: Verdict | None = None  # the probe's, until the switch commits it
     candidate: Candidate | None = None  # the new engine started beside the serving one, until the switch settles
     state: State = field(default_factory=State)
+    command: str = "converge"  # the CLI command of this run (converge, rollback, tune …): a switch records it
     # the roles' handles, made by the orchestration; they read or write nothing until first used
     supervisor: Supervisor | None = None  # of this root
     digests: DigestCache | None = None  # verified sha256 digests by file identity, learned by planning

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+LAST_RUN = "last-run.json"  # under ROOT/logs
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -41,6 +43,12 @@ class Layout:
         return self.root / "supervisor"
 
     @property
+    def front_config(self) -> Path:
+        """The front door's haproxy.cfg (service/front.py): HAProxy runs with `-f` this file, which is how a
+        front door that outlived its supervisord is known as ours."""
+        return self.root / "front" / "haproxy.cfg"
+
+    @property
     def supervisord_conf(self) -> Path:
         return self.supervisor / "supervisord.conf"
 
@@ -58,6 +66,12 @@ class Layout:
     @property
     def supervisord_pid(self) -> Path:
         return self.run / "supervisord.pid"
+
+    @property
+    def last_run_file(self) -> Path:
+        """The outcome of the last converge or rollback (cli/session.py), or of a run that died mid-switch (the
+        switch guard records what it restored)."""
+        return self.logs / LAST_RUN
 
     @property
     def state_file(self) -> Path:

@@ -34,9 +34,11 @@ def findings(ctx: Context) -> list[Finding]:
                 out.append(Finding("error", f"front.tls.{field}: {path} is {exc}"))
             except OSError as exc:
                 out.append(Finding("error", f"front.tls.{field}: {path}: {exc.strerror or exc}"))
-    ports = [("front.port", front.port)] + ([("front.metrics.port", front.metrics.port)] if front.metrics else [])
-    for field, port in ports:
-        out += _held(ctx, field, port)
+    ports = [("front.port", front.host, front.port)]
+    if front.metrics:
+        ports.append(("front.metrics.port", front.metrics.host, front.metrics.port))
+    for field, host, port in ports:
+        out += _held(ctx, field, host, port)
     return out
 
 
@@ -61,11 +63,12 @@ def _key_file(ctx: Context) -> list[Finding]:
     return []
 
 
-def _held(ctx: Context, field: str, port: int) -> list[Finding]:
-    """A port held by anyone but our own supervisord's programs (the front door of an earlier run)."""
-    from ds4_converge.facts.port import port_holders
+def _held(ctx: Context, field: str, host: str, port: int) -> list[Finding]:
+    """A port held on `host`'s address (the same address, or a wildcard: another loopback address is no collision,
+    the rule of server.host) by anyone but our own supervisord's programs (the front door of an earlier run)."""
+    from ds4_converge.facts.port import blocks, port_holders
 
-    listeners = port_holders(port)
+    listeners = [l for l in port_holders(port) if blocks(l.address, host)]
     ours = ctx.supervisor.owns(l.pid for l in listeners if l.pid) if listeners else set()
     return [Finding("error", f"{field}: port {port} is held by {held_by(l, field)[0]}", fix=held_by(l, field)[1])
             if l.pid else

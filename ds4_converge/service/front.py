@@ -70,11 +70,11 @@ def idle_port(ctx: Context) -> int:
 
 
 def directory(layout: Layout) -> Path:
-    return layout.root / "front"
+    return layout.front_config.parent
 
 
 def config_path(layout: Layout) -> Path:
-    return directory(layout) / "haproxy.cfg"
+    return layout.front_config
 
 
 def admin_socket(layout: Layout) -> Path:
@@ -364,6 +364,15 @@ def running(ctx: Context) -> bool:
     return bool(info and info["statename"] in ("RUNNING", "STARTING"))
 
 
+def unsupervised_pid(ctx: Context) -> int | None:
+    """The master of this root's HAProxy when it runs without its supervisord (killed), else None."""
+    from ds4_converge.service import processes
+
+    found = ctx.supervisor.front_leftovers()
+    masters = [pid for pid in found if (process := processes.read(pid)) is not None and process.ppid not in found]
+    return min(masters or found, default=None)
+
+
 def describe(ctx: Context) -> dict:
     """For `status`: where the front door is, where it points, whether it is up, which release each slot serves."""
     found = {"url": public_url(ctx), "points_at": None, "up": False,
@@ -371,7 +380,11 @@ def describe(ctx: Context) -> dict:
              "problem": None, "slots": slot_map(ctx)}
     try:
         if not running(ctx):
-            return {**found, "problem": "HAProxy does not run"}
+            # supervisord killed: its HAProxy serves on, unsupervised, until the next run replaces it
+            orphan = unsupervised_pid(ctx)
+            if orphan is None:
+                return {**found, "problem": "HAProxy does not run"}
+            found["unsupervised_pid"] = orphan
         live = [srv["port"] for server, srv in servers(ctx.layout, ctx.spec.server.name).items()
                 if srv["up"] and server != HOLD]
     except AdminTimeout as exc:

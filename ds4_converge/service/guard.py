@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -27,7 +28,7 @@ from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.lock import LockHeld, RunLock
 from ds4_converge.core.state import Deployment, State, StateUnreadable
 from ds4_converge.service import processes, secrets
-from ds4_converge.service.supervisor import Supervisor
+from ds4_converge.service.supervisor import Supervisor, this_python
 from ds4_converge.core import bounded_file
 
 POLL_S = 0.25
@@ -38,12 +39,13 @@ def intent_path(layout: Layout) -> Path:
 
 
 def arm(layout: Layout, supervisor: Supervisor | None, *, name: str, grace: float,
-        fallback: Deployment | None, candidate: str | None = None) -> None:
+        fallback: Deployment | None, candidate: str | None = None, command: str = "converge") -> None:
     """Record the switch before anything stops; with a supervisor, make sure its guard watches. `candidate`: the
-    program of a new engine started beside the serving one, which a restore stops."""
+    program of a new engine started beside the serving one, which a restore stops; `command`: the run's (its
+    outcome is recorded under that name should the guard have to restore)."""
     pid = os.getpid()
     intent = {"pid": pid, "start": processes.start_time(pid), "name": name, "grace": grace,
-              "fallback": asdict(fallback) if fallback else None, "candidate": candidate}
+              "fallback": asdict(fallback) if fallback else None, "candidate": candidate, "command": command}
     write_atomic(intent_path(layout), json.dumps(intent) + "\n", mode=0o600)
     if supervisor is not None:
         supervisor.ensure_guard()
@@ -158,12 +160,45 @@ def watch(layout: Layout) -> None:
                 continue
             _log(f"run {intent.get('pid')} died during a switch of {intent.get('name')}")
             try:
-                _log(restore(layout, intent))
+                message = restore(layout, intent)
+                _log(message)
             except Exception as exc:  # noqa: BLE001 - log, keep the intent: the next run tries again
                 _log(f"restore failed: {type(exc).__name__}: {exc}; the next run repairs it")
                 time.sleep(5)
                 continue
             disarm(layout)
+            record_outcome(layout, intent, message)
+
+
+def record_outcome(layout: Layout, intent: dict, restored: str) -> None:
+    """The restore is the outcome of the run that died: ROOT/logs/last-run.json says so (status, its --json's
+    last_run: not ok, died during a switch, what the guard restored), and the fleet textfile is written again
+    (ds4_converge_last_run_success 0 for that command). Best effort: a record that cannot be written is logged."""
+    try:
+        state = State.load(layout.state_file)
+    except StateUnreadable:
+        state = None
+    serving = state.current.release if state and state.current else None
+    command = intent.get("command") if isinstance(intent.get("command"), str) else "converge"
+    record = {"command": command, "ok": False, "release": serving,
+              "error": f"the run (pid {intent.get('pid')}) died during a switch of {intent.get('name')}; "
+                       f"the switch guard: {restored}",
+              "finished_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+              "died_during_switch": True, "guard_restored": restored}
+    try:
+        write_atomic(layout.last_run_file, json.dumps(record, indent=2) + "\n")
+    except OSError as exc:
+        _log(f"could not record the run's outcome in {layout.last_run_file}: {exc.strerror}")
+        return
+    # the textfile is the CLI's (cli/fleet_facts.py, a layer above this one): its own process writes it
+    try:
+        subprocess.run([this_python(), "-m", "ds4_converge.cli.fleet_facts", str(layout.root)],
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=TEXTFILE_TIMEOUT_S, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        _log(f"could not write the fleet textfile: {exc}")
+
+
+TEXTFILE_TIMEOUT_S = 60
 
 
 def _log(message: str) -> None:

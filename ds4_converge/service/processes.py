@@ -111,6 +111,14 @@ def running_argv(tail: list[bytes]) -> list[int]:
             and _own(p.pid)]
 
 
+def running_with(args: list[bytes]) -> list[int]:
+    """Live processes of this user whose command line holds `args` in a row, wherever (HAProxy's master adds
+    arguments of its own after its first start: -sf, -x)."""
+    width = len(args)
+    return [p.pid for p in every() if p.state != "Z" and _own(p.pid)
+            and any(line[i:i + width] == args for line in [cmdline(p.pid)] for i in range(len(line) - width + 1))]
+
+
 def _own(pid: int) -> bool:
     try:
         return os.stat(PROC / str(pid)).st_uid == os.getuid()

@@ -175,13 +175,23 @@ class Supervisor:
 
     def leftovers(self) -> list[int]:
         """What a dead supervisord of this root left running (SIGKILL, the OOM killer): its engines (processes of
-        this root's releases), its switch guard and its watchdog, orphaned. Ours, not foreign: nothing else runs our releases.
+        this root's releases), its switch guard, its watchdog and its front door (HAProxy with this root's
+        config), orphaned. Ours, not foreign: nothing else runs our releases or reads our config.
         Empty while supervisord runs (then it owns what runs)."""
         if self.is_running():
             return []
         helpers = {pid for argv in (guard_argv(self.layout.root), watchdog_argv(self.layout.root))
                    for pid in processes.running_argv([os.fsencode(arg) for arg in argv[-2:]])}
-        return sorted(set(processes.running_under(self.layout.releases)) | helpers)
+        return sorted(set(processes.running_under(self.layout.releases)) | helpers | set(self._front_processes()))
+
+    def front_leftovers(self) -> list[int]:
+        """The front door's HAProxy (master and workers) of this root that runs without its supervisord: the
+        processes that read this root's config (`-f ROOT/front/haproxy.cfg`). Empty while supervisord runs."""
+        return [] if self.is_running() else self._front_processes()
+
+    def _front_processes(self) -> list[int]:
+        config = self.layout.front_config
+        return processes.running_with([b"-f", os.fsencode(config)]) if config.exists() else []
 
     def stop_leftovers(self, grace: float = LEFTOVER_GRACE_S) -> list[int]:
         """Stop what a dead supervisord left (see leftovers), as stop() would: SIGTERM to each process group,

@@ -96,7 +96,7 @@ def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -
             why = "never passed the probe" if reason == "revert" else f"does not answer on {running}"
             ctx.say(f"stopping {name} (pid {info['pid']}, {why}): nothing to drain, SIGKILL after {grace}s")
     guard.arm(ctx.layout, ctx.supervisor, name=name, grace=UNPROVEN_STOP_GRACE_S, fallback=ctx.state.last_good,
-              candidate=ctx.candidate.program if ctx.candidate else None)
+              command=ctx.command, candidate=ctx.candidate.program if ctx.candidate else None)
     crash_point(f"{step}intent")
     ctx.supervisor.stop(name, grace=grace)
     crash_point(f"{step}old-stopped")
@@ -175,7 +175,7 @@ def switch_beside(ctx: Context, candidate: Deployment) -> None:
     ctx.switched = True
     # a run that dies from here: the guard stops the candidate and keeps (or brings back) last good
     guard.arm(ctx.layout, ctx.supervisor, name=name, grace=UNPROVEN_STOP_GRACE_S, fallback=ctx.state.last_good,
-              candidate=program)
+              command=ctx.command, candidate=program)
     crash_point("beside-intent")
     write_program(ctx, candidate, program)
     ctx.say(f"starting {program} on release {candidate.release} beside {name}, on {candidate.endpoint}")
@@ -224,7 +224,8 @@ def cold_start(ctx: Context, deployment: Deployment, *, start_supervisord: Calla
     name = ctx.spec.server.name
     ctx.switched = True  # nothing of ours runs now; from here a failure reverts to last good
     # supervisord starts the guard (autostart) with the engine: it watches this intent from then on
-    guard.arm(ctx.layout, None, name=name, grace=UNPROVEN_STOP_GRACE_S, fallback=ctx.state.last_good)
+    guard.arm(ctx.layout, None, name=name, grace=UNPROVEN_STOP_GRACE_S, fallback=ctx.state.last_good,
+              command=ctx.command)
     crash_point("intent")
     deployment = deployment.stamped()
     _install(ctx, deployment)

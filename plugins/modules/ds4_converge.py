@@ -51,6 +51,14 @@ options:
       - Where the spec file lives on the host. Its directory is created (V(0755)) when missing.
     type: path
     default: /etc/ds4-converge/spec.yaml
+  spec_source:
+    description:
+      - What produced O(spec) (a variable, the template it came from), named in place of a file when the tool
+        refuses the new spec - C(<new spec from SOURCE>:LINE:COL), lines of the YAML the module rendered (the
+        result's RV(spec_text)). The refused text never replaced O(path), which still holds the spec before.
+      - The role sets V(ds4_converge_spec).
+    type: str
+    default: spec
   mode:
     description:
       - Permissions of the spec file, in octal (V("0644")) or symbolic form.
@@ -144,6 +152,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+spec_text:
+  description:
+    - The new spec's YAML as the module rendered it from O(spec), when the tool refused it (exit 2); the line
+      numbers of the message are its lines. The file at O(path) was not replaced.
+  returned: when the new spec is invalid
+  type: str
 release:
   description: The release serving after the run (after a revert, the last good one); null when none.
   returned: always
@@ -221,6 +235,7 @@ MEANING = {1: "failed", 2: "invalid spec or usage", 3: "another ds4-converge run
            4: "never converged under this root"}
 ARGUMENT_SPEC = dict(
     spec=dict(type="dict"),
+    spec_source=dict(type="str", default="spec"),
     path=dict(type="path", default="/etc/ds4-converge/spec.yaml"),
     mode=dict(type="raw", default="0644"),
     overrides=dict(type="list", elements="str", default=[], aliases=["set"]),
@@ -302,7 +317,9 @@ def diffs(spec_path, before, after, report):
     return found
 
 
-def failure_message(rc, report, err, out, spec_path, shown_path):
+def failure_message(rc, report, err, out, spec_path, shown_path, candidate=None):
+    """The tool's reason, one line. `shown_path` is the file the tool read; a scratch copy of a new spec is named
+    as `candidate` (what produced it: the file at spec_path does not hold that text), anything else as spec_path."""
     if report is not None and report.get("error"):
         # a log tail sits between the error's first line (what failed) and its last (what the revert did)
         lines = report["error"].strip().splitlines()
@@ -319,7 +336,12 @@ def failure_message(rc, report, err, out, spec_path, shown_path):
         message += " | reverted: %s | serving: %s" % (reverted, report.get("release") or "nothing")
     if rc == 1:
         message += " | details: ds4-converge logs %s" % spec_path
-    return message.replace(shown_path, spec_path) if shown_path != spec_path else message
+    if shown_path == spec_path:
+        return message
+    if candidate is None or rc != 2:  # only an invalid spec's messages point into the new text
+        return message.replace(shown_path, spec_path)
+    return (message.replace(shown_path, "<new spec from %s>" % candidate)
+            + " | not written: %s holds the spec before (the new spec's text: spec_text)" % spec_path)
 
 
 def main():
@@ -335,6 +357,7 @@ def main():
     if after is None and before is None:
         module.fail_json(msg="no spec: give `spec`, or put a spec file at %s" % spec_path)
     spec_changed = after is not None and after != before
+    candidate = params["spec_source"] if spec_changed else None  # what the tool reads is not the file at spec_path
 
     scratch_dir = scratch = made_dir = None
     run_path = spec_path
@@ -357,8 +380,9 @@ def main():
             cmd, rc, out, err, report = run_tool(module, executable, ["validate"], scratch)
             if rc != 0:
                 invalid = dict(changed=False, spec_changed=False, state=state, rc=rc, release=None, endpoint=None,
-                               reverted=False, stderr=err, cmd=[spec_path if part == scratch else part for part in cmd])
-                module.fail_json(msg=failure_message(rc, report, err, out, spec_path, scratch), **invalid)
+                               reverted=False, stderr=err, cmd=[spec_path if part == scratch else part for part in cmd],
+                               **(dict(spec_text=after) if rc == 2 else {}))
+                module.fail_json(msg=failure_message(rc, report, err, out, spec_path, scratch, candidate), **invalid)
             module.atomic_move(scratch, spec_path)
             scratch = None
         file_args = module.load_file_common_arguments(dict(path=spec_path, mode=params["mode"]))
@@ -414,7 +438,9 @@ def main():
             result["detail"] = report["detail"]
         if report is None:
             result["stdout"] = out
-        module.fail_json(msg=failure_message(rc, report, err, out, spec_path, run_path), **result)
+        if rc == 2 and run_path != spec_path:
+            result["spec_text"] = after
+        module.fail_json(msg=failure_message(rc, report, err, out, spec_path, run_path, candidate), **result)
     module.exit_json(**result)
 
 

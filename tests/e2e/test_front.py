@@ -320,6 +320,28 @@ def test_a_port_another_root_of_this_tool_serves_on_is_named_with_that_root_and_
         assert f"or choose another {field}" in document["error"], document
         assert not box.root.exists()
 
+def test_a_front_port_is_judged_by_front_host_address(tmp_path, sim_repo):
+    """Another address's listener on the same port is no collision (the rule of server.host): boxes on one machine
+    share a public port on different addresses; the same address, or a wildcard, is refused."""
+    box = front_box(tmp_path / "root", sim_repo)
+    box.spec["front"]["host"] = "127.0.0.3"
+    box.write()
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", box.front_port))
+        holder.listen()
+        rc, document = box.converge("--check")
+        assert rc == 0 and "held by" not in json.dumps(document), document
+    for address in ("127.0.0.3", "0.0.0.0"):
+        with socket.socket() as holder:
+            holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            holder.bind((address, box.front_port))
+            holder.listen()
+            rc, document = box.converge("--check")
+        assert rc == 1, document
+        assert f"front.port: port {box.front_port} is held by pid {os.getpid()}" in document["error"], document
+    assert not box.root.exists()
+
 
 def test_tls_when_a_certificate_and_key_are_given(tmp_path, sim_repo):
     box = front_box(tmp_path / "root", sim_repo)

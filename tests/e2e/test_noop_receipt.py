@@ -80,8 +80,20 @@ def test_other_arguments_take_the_full_path(served_box):
     noop_twice(served_box)
     rc, document = served_box.converge("--set", "health.interval_s=0.2")  # the same value: a no-op, planned
     assert rc == 0 and not document["changed"] and "from_receipt" not in document, document
-    rc, document = served_box.converge("--check")
+    rc, document = served_box.converge("--check", "--diff")
     assert rc == 0 and "from_receipt" not in document, document
+
+
+def test_a_plan_for_a_program_is_answered_from_the_receipt_and_is_no_run(served_box):
+    """`--json --check` (the fleet role plans so before each host's turn): while the receipt holds, a converge
+    would change nothing, and the plan says so from the receipt; it is a plan, so the last run stays the last run."""
+    noop_twice(served_box)
+    before = served_box.status()["last_run"]
+    rc, document = served_box.converge("--check")
+    assert rc == 0 and document["check"] is True and not document["changed"] and document["from_receipt"], document
+    assert served_box.status()["last_run"] == before
+    proc = served_box.cli(str(served_box.spec_path), "--check")  # text: the full plan prints a plan's lines
+    assert proc.returncode == 0 and "no-op checked against the receipt" not in proc.stdout, proc.stdout
 
 
 def test_a_changed_spec_is_planned_and_applied(served_box):

@@ -3,13 +3,15 @@ orphaned. The tool must not be stuck on what it started itself: the next run rep
 again, and `stop` stops them. Real supervisord, the simulated engine, the real CLI."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import time
 
 import pytest
 
-from boxes import engine_pids
+from boxes import Box, engine_pids, two_free_ports, with_front
 from ds4_converge.service import processes
 
 pytestmark = pytest.mark.slow
@@ -91,3 +93,46 @@ def test_the_watchdog_leaves_when_supervisord_is_killed(box):
     while not gone(watchdogs) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert gone(watchdogs), watchdogs
+
+
+def front_pids(root) -> set[int]:
+    """This root's front door: HAProxy reading ROOT/front/haproxy.cfg (master and worker)."""
+    config = str(root / "front" / "haproxy.cfg").encode()
+    return {p.pid for p in processes.every() if p.state != "Z" and config in processes.cmdline(p.pid)}
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")
+def test_a_front_door_that_outlived_its_supervisord_is_known_replaced_and_stopped(tmp_path, sim_repo):
+    """HAProxy serves on after supervisord's SIGKILL: status says so (not "down"), the next run is not refused by
+    it (it is ours: its config is this root's) and replaces it, and `stop` stops it."""
+    box = with_front(Box(tmp_path / "root", sim_repo, two_free_ports()))
+    try:
+        _front_door_outlives_supervisord(box)
+    finally:
+        box.stop()
+
+
+def _front_door_outlives_supervisord(box):
+    rc, first = box.converge()
+    assert rc == 0, first
+    haproxy = front_pids(box.root)
+    assert haproxy
+    kill_supervisord(box)
+    assert front_pids(box.root) == haproxy  # orphaned, serving on
+    rc, status = box.json("status", str(box.spec_path))
+    assert rc == 1 and status["front"]["up"] is True and status["front"]["points_at"], status
+    assert status["front"]["unsupervised_pid"] in haproxy, status
+    assert all(str(pid) in status["error"] for pid in haproxy), status
+    shown = box.cli("status", str(box.spec_path)).stdout
+    assert "down (HAProxy does not run)" not in shown and "unsupervised (HAProxy pid" in shown, shown
+    rc, document = box.converge()
+    assert rc == 0 and document["ok"], document
+    assert "not manage" not in json.dumps(document)
+    assert gone(haproxy) and front_pids(box.root), haproxy  # replaced by supervisord's own
+    status = box.status()
+    assert status["healthy"] is True and status["front"]["up"] and "unsupervised_pid" not in status["front"], status
+    haproxy = front_pids(box.root)
+    kill_supervisord(box)
+    proc = box.cli("stop", str(box.spec_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert gone(haproxy) and front_pids(box.root) == set(), haproxy

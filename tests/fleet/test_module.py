@@ -129,6 +129,7 @@ def test_role_documents_every_variable_it_defaults(ansible_env):
     text = ANSI.sub("", proc.stdout)
     assert re.search(r"ENTRY POINT: \W?main\W? - ", text) and re.search(r"ENTRY POINT: \W?status\W? - ", text)
     assert re.search(r"^[-=\s]+ds4_converge_spec\s", text, re.MULTILINE)
+    assert "role's library" not in text and "runs the module `ds4.converge.ds4_converge'" in " ".join(text.split()), text
 
 
 def test_check_mode_plans_the_new_spec_and_touches_nothing(ansible_env, spec, tmp_path):
@@ -164,15 +165,25 @@ def test_check_mode_beside_an_existing_spec_leaves_it_as_it_was(ansible_env, spe
     assert "--- before" not in shown  # no diff: not asked for
 
 
-def test_invalid_spec_fails_with_the_tools_words_naming_the_real_file(ansible_env, spec, tmp_path):
+def _line_of(text: str, message: str) -> str:
+    """The line of `text` that an error `<new spec from …>:LINE:COL: …` points at."""
+    line = int(re.search(r"<new spec from [^>]+>:(\d+):", message).group(1))
+    return text.splitlines()[line - 1]
+
+
+def test_invalid_spec_fails_with_the_tools_words_naming_the_new_spec(ansible_env, spec, tmp_path):
+    """In check mode the new spec is planned from a scratch copy: the error names what produced it, not the file."""
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(spec))
     broken = dict(spec, engine={"repo": spec["engine"]["repo"], "reff": "v0.2.0"})
-    result, _ = _module(ansible_env, {"spec": broken, "path": str(spec_path),
+    result, _ = _module(ansible_env, {"spec": broken, "spec_source": "ds4_converge_spec", "path": str(spec_path),
                                       "executable": str(BIN / "ds4-converge")}, "--check")
     assert result["failed"] is True and result["rc"] == 2, result
-    assert result["msg"].startswith(f"ds4-converge exited 2 (invalid spec or usage): {spec_path}:"), result["msg"]
+    assert result["msg"].startswith("ds4-converge exited 2 (invalid spec or usage): "
+                                    "<new spec from ds4_converge_spec>:"), result["msg"]
     assert "engine.reff: unknown key; did you mean 'ref'?" in result["msg"]
+    assert f"not written: {spec_path} holds the spec before" in result["msg"]
+    assert _line_of(result["spec_text"], result["msg"]).strip().startswith("reff:"), result
     assert "reverted" not in result["msg"] and result["reverted"] is False
 
 
@@ -184,8 +195,10 @@ def test_an_invalid_spec_leaves_the_hosts_spec_file_as_it_was(ansible_env, spec,
     broken = dict(spec, server=dict(spec["server"], port=70000))
     result, _ = _module(ansible_env, {"spec": broken, "path": str(spec_path), "executable": str(BIN / "ds4-converge")})
     assert result["failed"] is True and result["rc"] == 2 and result["changed"] is False, result
-    assert result["msg"].startswith(f"ds4-converge exited 2 (invalid spec or usage): {spec_path}:"), result["msg"]
-    assert "server.port" in result["msg"]
+    # the file still holds the old, valid port: the error names the new text (the module's `spec` by default)
+    assert result["msg"].startswith("ds4-converge exited 2 (invalid spec or usage): <new spec from spec>:"), result
+    assert "server.port" in result["msg"] and str(spec_path) + ":" not in result["msg"]
+    assert _line_of(result["spec_text"], result["msg"]).strip() == "port: 70000", result
     assert (spec_path.read_text(), spec_path.stat().st_mtime_ns) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ansible", "spec.yaml"])  # no scratch file left
     # and where there was no spec yet, no file and no directory

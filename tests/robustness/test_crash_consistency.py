@@ -135,6 +135,22 @@ def _invariants(box: Box) -> None:
     assert (box.root / "releases" / box.baseline_release / "ds4-server").exists(), "older release kept"
 
 
+def _guard_restore_recorded(box: Box, command: str, release: str) -> None:
+    """The guard's restore is the dead run's outcome: status's last_run (text and --json) and the fleet textfile
+    say that `command` failed, died during a switch, and what the guard restored; not the earlier run's success."""
+    deadline = time.monotonic() + 30  # the guard records once it has restored and stood down
+    while not ((status := box.status()).get("last_run") or {}).get("died_during_switch") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    last = status["last_run"]
+    assert last and last["command"] == command and last["ok"] is False and last["died_during_switch"], status
+    assert "died during a switch" in last["error"] and last["release"] == release, last
+    assert release in last["guard_restored"], last
+    text = (box.root / "metrics" / "ds4_converge.prom").read_text()
+    assert f'ds4_converge_last_run_success{{root="{box.root}",command="{command}"}} 0' in text, text
+    shown = box.cli("status", str(box.spec_path)).stdout
+    assert f"{command} at " in shown and "died during a switch" in shown, shown
+
+
 @pytest.mark.parametrize("point", UPGRADE_POINTS)
 def test_a_run_killed_during_an_upgrade_recovers(crash_box, point):
     box = crash_box
@@ -190,6 +206,7 @@ def test_a_rollback_killed_mid_switch_recovers(crash_box, point):
     _crash(box, point, ("rollback",))
     assert _serves(box), f"nothing serves after a crash at {point}"
     assert box.status()["release"] == upgraded["release"], "the guard put last good (the upgrade) back"
+    _guard_restore_recorded(box, "rollback", upgraded["release"])
     proc = box.cli("rollback", str(box.spec_path), "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert box.status()["release"] == box.baseline_release

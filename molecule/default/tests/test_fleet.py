@@ -151,7 +151,10 @@ def test_fleet_status_playbook_wrote_this_host(box, status):
 def test_status_table_says_unreachable_for_a_box_it_cannot_reach(box, status):
     run = nested("status-unreachable")
     assert run["rc"] == 4, run["stdout"][-3000:]  # Ansible's exit status for unreachable hosts, after the table
+    header = next(line for line in run["stdout"].splitlines() if "BOX" in line and "RELEASE" in line)
     row = next(line for line in run["stdout"].splitlines() if line.strip(' "').startswith(box["name"] + " "))
+    column = header.index("LAST GOOD")  # every word stays in its column, "unreachable" too
+    assert row[column - 2:column] == "  " and row[column] != " ", (header, row)
     if box["name"] == "spark3":
         assert " unreachable " in row, row
     else:

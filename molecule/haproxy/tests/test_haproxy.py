@@ -54,12 +54,12 @@ def box(host):
     return {"name": name, "status": status}
 
 
-ROLLOUTS = ["upgrade", "putback", "overrides", "rolled_back", "lost", "recovered", "bad", "invalid"]
+ROLLOUTS = ["upgrade", "putback", "overrides", "rolled_back", "lost", "recovered", "orphaned", "bad", "invalid"]
 # who was out of the backend in each: every box that restarted (and spark3, left in maintenance before putback;
-# spark2, taken out and then lost)
+# spark2, taken out and then lost; spark2 again, whose supervisord was killed)
 OUT = {"upgrade": {"spark1", "spark2", "spark3"}, "putback": {"spark3"}, "overrides": {"spark1", "spark2", "spark3"},
        "rolled_back": {"spark1", "spark2", "spark3"}, "lost": {"spark1", "spark2"}, "recovered": {"spark2", "spark3"},
-       "bad": {"spark1"}, "invalid": set()}
+       "orphaned": {"spark2"}, "bad": {"spark1"}, "invalid": set()}
 # a box that cannot be reached is not known to be healthy: it stays out until a run finds it so
 STAYS_OUT = {"lost": {"spark2"}}
 
@@ -109,7 +109,7 @@ def test_every_run_ends_with_every_healthy_box_in_the_backend(box, rollout):
 def test_the_upgrade_reached_every_box_and_the_bad_release_only_the_canary(box):
     upgrade, bad = nested("upgrade"), nested("bad")
     assert upgrade["rc"] == 0, upgrade["stdout"][-3000:]
-    for name in ("putback", "overrides", "rolled_back"):
+    for name in ("putback", "overrides", "rolled_back", "orphaned"):
         assert nested(name)["rc"] == 0, nested(name)["stdout"][-3000:]
     assert bad["rc"] == 2, bad["stdout"][-3000:]
     assert "The rollout stops before batch 2 of 3: spark1 failed" in bad["stdout"] + bad["stderr"]
@@ -134,18 +134,34 @@ def test_the_upgrade_reached_every_box_and_the_bad_release_only_the_canary(box):
 
 
 def test_a_box_with_its_own_front_door_is_balanced_through_it(box):
-    """spark3 runs its own front door (its spec's `front`): the fleet's backend reaches it at that public port,
-    never at its engine's loopback slots; the other boxes have none and are reached at their engine's port."""
+    """Each box runs its own front door (its spec's `front`), all on one port, each on its own address: the
+    fleet's backend reaches it there, never at its engine's loopback slots."""
     config = (FLEET_DIR / "haproxy" / "haproxy.cfg").read_text()
+    addresses = re.findall(r"^\s*server \S+ (\S+)$", config, re.MULTILINE)
+    assert len(addresses) == 3 and len({a.rsplit(":", 1)[1] for a in addresses}) == 1, addresses  # one port
     (address,) = re.findall(rf"^\s*server {box['name']} (\S+)$", config, re.MULTILINE)
     front = box["status"].get("front")
-    if box["name"] == "spark3":
-        assert front and front["up"] and front["points_at"], box["status"]
-        assert front["url"] == f"http://{address}", (front, address)
-        assert box["status"]["endpoint"] != f"http://{address}"
-    else:
-        assert front is None, box["status"]
-        assert box["status"]["endpoint"] == f"http://{address}", (box["status"], address)
+    assert front and front["up"] and front["points_at"], box["status"]
+    assert front["url"] == f"http://{address}", (front, address)
+    assert box["status"]["endpoint"] != f"http://{address}"
+    assert "unsupervised_pid" not in front, front  # spark2's orphaned front door was replaced
+
+
+def test_a_box_out_when_its_turn_begins_is_back_when_its_turn_succeeds():
+    """putback: spark3 starts out of the backend and has nothing to change; it is put back in its own turn, not
+    only by the closing play (one box less for the whole rollout)."""
+    stdout = nested("putback")["stdout"]
+    turns = stdout.split("PLAY [Put every healthy host back in the load balancer]")[0]
+    back = turns.split("TASK [ds4.converge.ds4_converge : Put the host back in the load balancer]")
+    assert len(back) == 2 and re.match(r"[\s*]*changed: \[spark3", back[1]), turns[-3000:]
+
+
+def test_a_killed_supervisord_does_not_keep_its_box_out():
+    """orphaned: spark2's supervisord was SIGKILLed; its still-serving front door is this box's own (not a
+    stranger on its port): the run drains spark2, replaces what runs unsupervised and puts it back."""
+    orphaned = nested("orphaned")
+    assert orphaned["rc"] == 0, orphaned["stdout"][-3000:]
+    assert "does not manage" not in orphaned["stdout"], orphaned["stdout"][-3000:]
 
 
 def test_the_watchdog_never_restarted_a_box(box):
