@@ -7,7 +7,8 @@ History (all commits deterministic: fixed author, committer, dates, messages):
   main:  v0.1.0 (upstream flavour) -> v0.2.0 (fork, VERSION 0.2.0) -> v0.3.0 (fork, VERSION 0.3.0)
   fault/<name> branches, one commit each on top of v0.2.0 that changes only sim.conf:
          v0.3.1-crash-at-start, v0.3.1-crash-after (crash-after:3), v0.3.1-hang,
-         v0.3.1-wrong-model, v0.3.1-wrong-answer, v0.3.1-build-fails, v0.3.1-dsml-as-text
+         v0.3.1-wrong-model, v0.3.1-wrong-answer, v0.3.1-build-fails, v0.3.1-dsml-as-text,
+         v0.3.1-empty-stream
 
 Tags are lightweight, so a tag's sha is its commit's sha. Running it again with
 the same engine/sim sources gives the same shas; when DEST already has every
@@ -58,6 +59,7 @@ FAULTS = [
     ("wrong-answer", "wrong-answer"),
     ("build-fails", "build-fails"),
     ("dsml-as-text", "dsml-as-text"),
+    ("empty-stream", "empty-stream"),
 ]
 
 

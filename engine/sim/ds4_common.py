@@ -32,7 +32,7 @@ PROG = "ds4"
 TIMESTAMPS = False
 
 KNOWN_FAULTS = ("none", "crash-at-start", "crash-after", "hang", "wrong-model",
-                "wrong-answer", "build-fails", "dsml-as-text")
+                "wrong-answer", "build-fails", "dsml-as-text", "empty-stream")
 
 
 # --------------------------------------------------------------------------- command line
