@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -54,14 +55,15 @@ def ask(box, headers=None, timeout=120) -> requests.Response:
 class Client(threading.Thread):
     """A steady stream of requests through the front door; every answer is kept."""
 
-    def __init__(self, box):
+    def __init__(self, box, pause=0.05):
         super().__init__(daemon=True)
-        self.box, self.done = box, threading.Event()
+        self.box, self.done, self.pause = box, threading.Event(), pause
         self.answers, self.failures, self.held = [], [], []
+        self.spans = []  # (start, end) of each request, time.time()
 
     def run(self):
         while not self.done.is_set():
-            started = time.monotonic()
+            started, wall = time.monotonic(), time.time()
             try:
                 answer = ask(self.box)
                 if answer.status_code != 200:
@@ -71,7 +73,8 @@ class Client(threading.Thread):
             except requests.RequestException as exc:
                 self.failures.append(repr(exc))
             self.held.append(time.monotonic() - started)
-            time.sleep(0.05)
+            self.spans.append((wall, time.time()))
+            time.sleep(self.pause)
 
     def stop(self):
         self.done.set()
@@ -125,6 +128,83 @@ def test_a_client_sees_no_failure_and_no_bad_answer_through_an_upgrade_a_restart
     # a revert never moves the front door: it points at last good's slot, where last good runs again
     assert status["front"]["points_at"] == status["endpoint"].removeprefix("http://"), status
     assert len(client.answers) > 20
+
+
+def test_on_the_held_road_clients_wait_for_the_load_and_the_smoke_not_for_the_soak(fronted):
+    """front.overlap off, a soak longer than the load: a held request goes to the new engine once it answered
+    its smoke (front.flip: after-smoke, the default), while the soak goes on; after-soak holds it through the
+    soak too. The plan says how long requests are held, with the load time measured at the last start."""
+    box = fronted
+    soak = 8.0
+    with box.edited({"front.overlap": "off", "health.soak_s": soak}), streaming(box) as (first, client):
+        with box.edited({"server.env.DS4C_TEST_SETTING": "flip-after-smoke"}):
+            rc, restarted = box.converge()
+            assert rc == 0, restarted["error"]
+        during_flip = list(client.held)
+        assert "s soak goes on while it serves (front.flip: after-smoke)" in _say(restarted), _say(restarted)
+        assert "the load and the smoke (" in _say(restarted), _say(restarted)
+        with box.edited({"front.flip": "after-soak"}):
+            rc, held_through = box.converge()
+            assert rc == 0, held_through["error"]
+            assert f"the {soak:g}s soak (front.flip: after-soak)" in _say(held_through), _say(held_through)
+    load_s = float(box.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"])
+    # held for the drain, the stop, a load of 2 s and the smoke: seconds under the soak on a loaded machine
+    assert load_s <= max(during_flip) < soak - 2, sorted(during_flip)[-5:]
+    assert max(client.held) >= soak, sorted(client.held)[-5:]  # after-soak: the old road, held through the soak
+    receipt = json.loads((box.root / "state.json").read_text())["good"][-1]
+    assert load_s <= receipt["load_s"] < soak, receipt["load_s"]  # measured at its start, for the next plan
+
+
+def test_a_release_that_crashes_while_its_soak_serves_clients_is_reverted_and_no_request_fails(fronted):
+    """The held road flips after the smoke; the new engine crashes during the soak, with clients on it: HAProxy
+    holds what arrives again (and re-sends what the dying engine never answered), last good comes back, and the
+    report says how many requests the new engine answered meanwhile. The client meets no failure."""
+    box = fronted
+    with box.edited({"front.overlap": "off", "health.soak_s": 12}), streaming(box) as (first, client):
+        # serves right, then dies 6 s after it binds: after its smoke, inside its soak
+        with box.edited({"server.env.DS4_SIM_FAULT": "crash-after:6"}):
+            rc, reverted = box.converge()
+        assert rc == 1 and reverted["reverted"], reverted
+        assert "crashed during the 12s soak" in reverted["error"], reverted["error"]
+        answered = re.search(r"it had answered (\d+) client request\(s\) since its smoke", reverted["error"])
+        assert answered and int(answered.group(1)) > 0, reverted["error"]
+        status = box.status()
+        assert status["healthy"] and status["release"] == first["release"], status
+        assert status["front"]["points_at"] == status["endpoint"].removeprefix("http://"), status
+        time.sleep(1)
+
+
+def test_the_gate_benches_each_engine_alone_never_under_clients_requests(fronted):
+    """health.max_regression: the serving engine is benched as the baseline and the new one by the gate. Beside
+    (overlap auto) the serving engine has clients: each round waits for a quiet moment and is run again when a
+    request came (HAProxy's stats); on the held road both benches run while clients are held. No kept round
+    overlaps a client's request."""
+    box = fronted
+    results = box.root / "bench" / "results.jsonl"
+    client = Client(box, pause=1.5)
+    client.start()
+    try:
+        time.sleep(1)
+        for overlap, setting in (("auto", "gate-beside"), ("off", "gate-held")):
+            with box.edited({"health.max_regression": 0.9, "front.overlap": overlap,
+                             "server.env.DS4C_TEST_SETTING": setting}):
+                rc, document = box.converge()
+            assert rc == 0, document["error"]
+            assert "measured with clients' requests in flight" not in _say(document), _say(document)
+    finally:
+        client.stop()
+    assert client.failures == [], client.failures
+    records = [r for r in map(json.loads, results.read_text().splitlines()) if r["kind"] in ("baseline", "gate")]
+    assert [r["kind"] for r in records] == ["baseline", "gate"] * 2, [r["kind"] for r in records]
+    for record in records:
+        alone = record["alone"]
+        assert alone["checked"] and alone["contaminated"] == [], (record["kind"], alone)
+    beside, held = records[0]["alone"], records[2]["alone"]
+    assert held["redone"] == 0, held  # benched after the hold and the drain: nothing to wait for
+    slack = 0.05
+    for start, end in beside["rounds"]:
+        met = [(a, b) for a, b in client.spans if a < end - slack and b > start + slack]
+        assert not met, (start, end, met)
 
 
 def test_with_memory_for_both_the_new_engine_loads_beside_the_serving_one_and_no_request_waits_for_it(fronted):
