@@ -206,7 +206,7 @@ def flip_before_soak(ctx: Context) -> Flip | None:
     port, name = front.port_of(current), ctx.spec.server.name
     before = _answered(ctx, port)
     front.point_at(ctx, port)
-    crash_point("flipped")
+    crash_point("held-flipped")
     ctx.say(f"front door: clients go to release {current.release} on 127.0.0.1:{port} now; the "
             f"{ctx.spec.health.soak_s:g}s soak goes on while it serves (front.flip: after-smoke)")
     return Flip(port, before)
