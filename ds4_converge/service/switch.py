@@ -203,7 +203,7 @@ def flip_before_soak(ctx: Context) -> Flip | None:
     if (not front.enabled(ctx) or ctx.spec.front.flip != "after-smoke" or not ctx.switched
             or ctx.candidate is not None or last_good is None or current is None or not front.running(ctx)):
         return None
-    port, name = front.port_of(current), ctx.spec.server.name
+    port = front.port_of(current)
     before = _answered(ctx, port)
     front.point_at(ctx, port)
     crash_point("held-flipped")
@@ -242,8 +242,9 @@ def held_for(ctx: Context, release: str) -> str:
     if spec.health.max_regression is not None or spec.health.min_decode_tps is not None:
         parts.append("the performance gate's benches (the old engine's too, after its drain: each engine is "
                      "benched alone)")
-    if spec.front.flip == "after-soak":
-        parts.append(f"the {spec.health.soak_s:g}s soak (front.flip: after-soak)")
+    if spec.front.flip == "after-soak" or ctx.state.last_good is None:
+        why = "front.flip: after-soak" if ctx.state.last_good else "no last good to revert to: a first start"
+        parts.append(f"the {spec.health.soak_s:g}s soak ({why})")
         tail = ""
     else:
         tail = f"; the {spec.health.soak_s:g}s soak goes on while it serves (front.flip: after-smoke)"
