@@ -233,7 +233,8 @@ def machine() -> str:
 def report(rows: list[dict]) -> str:
     lines = [HEADING, "",
              f"{machine()}; the simulated engine (load {LOAD_S:.0f} s), one client sending one request after another "
-             f"(50 ms apart) through each switch, one run of each.", "", *table(rows)]
+             f"(50 ms apart) through each switch, one run of each, on the shared development machine while other "
+             f"test suites ran (its noise is in the timings).", "", *table(rows)]
     lines += ["", "Without `front` the client meets the switch: every attempt while no engine listens is refused "
               "(failed), and a wrong-answer release answers it until the probe's verdict (bad). With `front` and "
               "`overlap: off` (the road of a box that holds one engine, a Spark with the 80 GB model), HAProxy holds "
