@@ -47,17 +47,23 @@ def fronted(tmp_path_factory, sim_repo):
     made.stop()
 
 
-def ask(box, headers=None, timeout=120) -> requests.Response:
-    return requests.post(f"http://127.0.0.1:{box.front_port}/v1/chat/completions", json=QUESTION, timeout=timeout,
+def ask(box, headers=None, timeout=120, question=QUESTION) -> requests.Response:
+    return requests.post(f"http://127.0.0.1:{box.front_port}/v1/chat/completions", json=question, timeout=timeout,
                          headers={"Authorization": f"Bearer {KEY}"} if headers is None else headers)
+
+
+# an answer of 6 s on the simulator (200 tokens/s): one of them is held through a switch and still being answered
+# by the new engine seconds after the flip
+LONG_QUESTION = {"model": "deepseek-chat", "max_tokens": 1200, "thinking": {"type": "disabled"},
+                 "messages": [{"role": "user", "content": "Count from 1 to 100000, separated by spaces."}]}
 
 
 class Client(threading.Thread):
     """A steady stream of requests through the front door; every answer is kept."""
 
-    def __init__(self, box, pause=0.05):
+    def __init__(self, box, pause=0.05, question=QUESTION):
         super().__init__(daemon=True)
-        self.box, self.done, self.pause = box, threading.Event(), pause
+        self.box, self.done, self.pause, self.question = box, threading.Event(), pause, question
         self.answers, self.failures, self.held = [], [], []
         self.spans = []  # (start, end) of each request, time.time()
 
@@ -65,7 +71,7 @@ class Client(threading.Thread):
         while not self.done.is_set():
             started, wall = time.monotonic(), time.time()
             try:
-                answer = ask(self.box)
+                answer = ask(self.box, question=self.question)
                 if answer.status_code != 200:
                     self.failures.append(f"HTTP {answer.status_code}: {answer.text[:200]}")
                 else:
@@ -160,10 +166,13 @@ def test_a_release_that_crashes_while_its_soak_serves_clients_is_reverted_and_no
     holds what arrives again (and re-sends what the dying engine never answered), last good comes back, and the
     report says how many requests the new engine answered meanwhile. The client meets no failure."""
     box = fronted
+    long = Client(box, question=LONG_QUESTION)  # a held request still being answered when the engine dies
+    long.start()
     with box.edited({"front.overlap": "off", "health.soak_s": 12}), streaming(box) as (first, client):
         # serves right, then dies 6 s after it binds: after its smoke, inside its soak
         with box.edited({"server.env.DS4_SIM_FAULT": "crash-after:6"}):
             rc, reverted = box.converge()
+        long.stop()
         assert rc == 1 and reverted["reverted"], reverted
         assert "crashed during the 12s soak" in reverted["error"], reverted["error"]
         answered = re.search(r"it had answered (\d+) client request\(s\) since its smoke", reverted["error"])
@@ -172,6 +181,7 @@ def test_a_release_that_crashes_while_its_soak_serves_clients_is_reverted_and_no
         assert status["healthy"] and status["release"] == first["release"], status
         assert status["front"]["points_at"] == status["endpoint"].removeprefix("http://"), status
         time.sleep(1)
+    assert long.failures == [] and long.answers, long.failures
 
 
 def test_the_gate_benches_each_engine_alone_never_under_clients_requests(fronted):
