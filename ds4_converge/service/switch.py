@@ -96,7 +96,7 @@ def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -
         grace = UNPROVEN_STOP_GRACE_S
         info = ctx.supervisor.info(name) if ctx.supervisor.is_running() else None
         if info and info["pid"]:
-            why = "failed its probe" if reason == "revert" else f"does not answer on {running}"
+            why = "never passed the probe" if reason == "revert" else f"does not answer on {running}"
             ctx.say(f"stopping {name} (pid {info['pid']}, {why}): nothing to drain, SIGKILL after {grace}s")
     guard.arm(ctx.layout, ctx.supervisor, name=name, grace=UNPROVEN_STOP_GRACE_S, fallback=ctx.state.last_good,
               candidate=ctx.candidate.program if ctx.candidate else None)
