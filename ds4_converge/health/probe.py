@@ -359,13 +359,28 @@ def soak_engine(target: ProbeTarget, watch: EngineWatch, pid: int) -> None:
             if now_pid != pid:
                 raise NotReady(f"restarted (pid {pid} → {now_pid})")
         except (NotReady, Unhealthy) as exc:
-            ended = watch.exits()
+            ended = _exits_of(watch, pid)
             if ended:  # it died and supervisord may have restarted it: a crash, not a slow load
                 words = watch.last_words()
                 raise Unhealthy(f"crashed during the {target.soak_s:.0f}s soak ({_times(ended)}; was pid {pid})"
                                 + (f": {words}" if words else ""), watch.last_lines()) from None
             raise Unhealthy(f"stopped answering during the {target.soak_s:.0f}s soak: {exc}",
                             getattr(exc, "detail", "")) from None
+
+
+#: supervisord writes an exit to its log within its own tick (about a second) of the process's end
+EXIT_RECORDED_S = 3.0
+
+
+def _exits_of(watch: EngineWatch, pid: int) -> list[str]:
+    """How the engine ended since its start; when its process is gone but supervisord has not logged it yet (the
+    port closed first), waited for up to EXIT_RECORDED_S: a crash is reported as one."""
+    ended = watch.exits()
+    deadline = time.monotonic() + EXIT_RECORDED_S
+    while not ended and not _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        ended = watch.exits()
+    return ended
 
 
 def _wait_route(target: ProbeTarget, watch: EngineWatch, alive, started: float) -> None:
