@@ -284,7 +284,11 @@ class FrontClient(threading.Thread):
 
 def crash_during_soak(box: Box) -> dict:
     """The held road (front.overlap off, a Spark's): a restart whose new engine gets clients once it answered its
-    smoke, and is killed (SIGKILL, as a crash) as soon as the front door points at it, during its soak."""
+    smoke, and is killed (SIGKILL, as a crash) during its soak while a client's request is on it (HAProxy's
+    count of sessions on its slot)."""
+    from ds4_converge.core.layout import Layout
+    from ds4_converge.service.front import slot_counters
+
     before = box.status()["front"]["points_at"]
     result: dict = {}
 
@@ -295,13 +299,22 @@ def crash_during_soak(box: Box) -> dict:
     switching = threading.Thread(target=run, daemon=True)
     switching.start()
     deadline = time.monotonic() + CONVERGE_TIMEOUT
-    while switching.is_alive() and time.monotonic() < deadline:
+    flipped = None
+    while switching.is_alive() and time.monotonic() < deadline and flipped is None:
         status = box.status()
         points_at = status["front"]["points_at"]
         if points_at and points_at != before and status["pid"]:
-            os.kill(status["pid"], signal.SIGKILL)
-            break
+            flipped = status
         time.sleep(0.5)
+    assert flipped is not None, result
+    port = int(flipped["front"]["points_at"].rpartition(":")[2])
+    while switching.is_alive() and time.monotonic() < deadline:  # a request (seconds each here) is on it
+        found = slot_counters(Layout(box.root), "ds4", port)
+        if found is not None and found.in_flight:
+            break
+        time.sleep(0.05)
+    os.kill(flipped["pid"], signal.SIGKILL)
+    result["killed_with_requests_on_it"] = found.in_flight if found else 0
     switching.join(CONVERGE_TIMEOUT)
     return result
 
@@ -347,6 +360,7 @@ def test_a_front_door_keeps_a_real_client_whole_through_an_upgrade_a_restart_and
     assert crashed["rc"] == 1 and crashed["document"]["reverted"], crashed
     assert "crashed during the 600s soak" in crashed["document"]["error"], crashed["document"]["error"]
     assert re.search(r"it had answered \d+ client request\(s\) since its smoke", crashed["document"]["error"])
+    assert crashed["killed_with_requests_on_it"] >= 1, crashed  # re-sent by HAProxy, held, answered by last good
     status = box.status()
     assert status["release"] == upgraded["release"] and status["front"]["up"], status
     assert status["front"]["points_at"] == status["endpoint"].removeprefix("http://"), status
