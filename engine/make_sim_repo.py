@@ -9,6 +9,7 @@ History (all commits deterministic: fixed author, committer, dates, messages):
          v0.3.1-crash-at-start, v0.3.1-crash-after (crash-after:3), v0.3.1-hang,
          v0.3.1-wrong-model, v0.3.1-wrong-answer, v0.3.1-build-fails, v0.3.1-dsml-as-text,
          v0.3.1-poisoned (poisoned:30: passes a converge's probe, then answers every generation with HTTP 500)
+         v0.3.1-empty-stream
 
 Tags are lightweight, so a tag's sha is its commit's sha. Running it again with
 the same engine/sim sources gives the same shas; when DEST already has every
@@ -60,6 +61,7 @@ FAULTS = [
     ("build-fails", "build-fails"),
     ("dsml-as-text", "dsml-as-text"),
     ("poisoned", "poisoned:30"),
+    ("empty-stream", "empty-stream"),
 ]
 
 

@@ -44,6 +44,7 @@ class Verdict:
     deployment: Deployment
     pid: int | None
     bench: dict | None = None  # the performance gate's measurement, recorded with last good
+    load_s: float | None = None  # from its start to its smoke answered: how long a held client waits for it
 
 
 @dataclass

@@ -25,6 +25,8 @@ POINTS = {
     "new-started": "supervisord has started the new engine, before the probe",
     "probed": "the new engine passed the whole probe (soak included), before it is recorded as last good",
     "blessed": "the new deployment is recorded as last good, before old releases are pruned",
+    "held-flipped": "the held road (front.flip after-smoke): the new engine answered its smoke and the front door "
+                    "sends clients to it, before its soak",
     "beside-intent": "a front door's overlap switch is recorded (its candidate named), before the candidate starts",
     "beside-started": "the candidate runs beside last good on the idle slot, before the probe talks to it",
     "beside-flipped": "the candidate passed the probe and the front door sends clients to it, before last good "

@@ -23,6 +23,7 @@ class Deployment:
     model_files: list[str] = field(default_factory=list)
     recorded_at: str = ""
     bench: dict | None = None  # what the performance gate measured when it passed ({"decode_tps": ...})
+    load_s: float | None = None  # from its start to its smoke answered, when it passed (the held road's wait)
 
     def stamped(self) -> Deployment:
         return Deployment(**{**asdict(self), "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from hashlib import sha256
 from pathlib import Path
+from typing import Callable
 from urllib.parse import urlsplit
 
 from ds4_converge.health.probe import check_models
@@ -199,20 +200,80 @@ def tokens_per_word(endpoint: str, options: BenchOptions, rng: random.Random) ->
     return per_word if per_word > 0 else 1.0
 
 
+#: clients' requests on the benched engine as its front door counts them: (in flight now, ever); None: unknown
+Traffic = Callable[[], "tuple[int, int] | None"]
+#: a round that met clients' requests is run again, at most this many times; then it is kept, and named
+REDO_ROUNDS = 6
+QUIET_WAIT_S, QUIET_POLL_S = 10.0, 0.02
+
+
+@dataclass
+class Alone:
+    """Whether the rounds ran with the engine alone (a front door's stats say; without one, nobody knows)."""
+
+    checked: bool = False
+    redone: int = 0  # rounds run again because clients' requests were in flight
+    contaminated: list[str] = field(default_factory=list)  # rounds kept anyway, named: "512 x1 round 2"
+    rounds: list[tuple[float, float]] = field(default_factory=list)  # (start, end), time.time(), each kept round
+
+    def as_record(self) -> dict:
+        return {"checked": self.checked, "redone": self.redone, "contaminated": self.contaminated,
+                "rounds": [[round(a, 3), round(b, 3)] for a, b in self.rounds]}
+
+
+def _quiet(traffic: Traffic) -> tuple[int, int] | None:
+    """Wait (bounded) until no client's request is in flight; the counts then."""
+    deadline = time.monotonic() + QUIET_WAIT_S
+    seen = traffic()
+    while seen is not None and seen[0] and time.monotonic() < deadline:
+        time.sleep(QUIET_POLL_S)
+        seen = traffic()
+    return seen
+
+
+def alone_round(run, traffic: Traffic | None, alone: Alone, name: str):
+    """run() in a moment without clients' requests: started once none is in flight, and run again when one
+    came meanwhile (the front door's count of requests moved), at most REDO_ROUNDS times; a round that never
+    found a quiet moment is kept and named in `alone`, never averaged in silently."""
+    for attempt in range(REDO_ROUNDS + 1):
+        before = _quiet(traffic) if traffic is not None else None
+        started = time.time()
+        result = run()
+        ended = time.time()
+        after = traffic() if before is not None else None
+        if before is None or after is None:
+            alone.rounds.append((started, ended))
+            return result
+        alone.checked = True
+        if not before[0] and after == before:
+            alone.rounds.append((started, ended))
+            return result
+        if attempt == REDO_ROUNDS:
+            alone.contaminated.append(name)
+            alone.rounds.append((started, ended))
+            return result
+        alone.redone += 1
+
+
 def run_case(endpoint: str, case: Case, options: BenchOptions, rng: random.Random,
-             per_word: float = 1.0) -> dict:
-    """`reps` rounds of `concurrency` simultaneous requests, each behind its own fresh prefix."""
+             per_word: float = 1.0, traffic: Traffic | None = None, alone: Alone | None = None) -> dict:
+    """`reps` rounds of `concurrency` simultaneous requests, each behind its own fresh prefix; with `traffic`,
+    each round with the engine alone (:func:`alone_round`)."""
     # the chat template and the question take some tokens
     words = max(int((case.prompt_tokens - 40) / per_word), 1)
     samples: list[Sample] = []
     aggregate: list[float] = []
-    for _ in range(options.reps):
-        bodies = [request_body(bench_messages(words, options.gen_tokens, rng), options.gen_tokens)
-                  for _ in range(case.concurrency)]
-        started = time.monotonic()
-        with ThreadPoolExecutor(case.concurrency) as pool:
-            round_samples = list(pool.map(lambda b: stream(endpoint, b, options.timeout_s), bodies))
-        wall = time.monotonic() - started
+    alone = alone if alone is not None else Alone()
+    for rep in range(options.reps):
+        def one_round():
+            bodies = [request_body(bench_messages(words, options.gen_tokens, rng), options.gen_tokens)
+                      for _ in range(case.concurrency)]
+            started = time.monotonic()
+            with ThreadPoolExecutor(case.concurrency) as pool:
+                found = list(pool.map(lambda b: stream(endpoint, b, options.timeout_s), bodies))
+            return found, time.monotonic() - started
+
+        round_samples, wall = alone_round(one_round, traffic, alone, f"{case.label} round {rep + 1}")
         samples += round_samples
         aggregate.append(sum(s.completion_tokens for s in round_samples) / wall)
         # aim the next round at the target: the engine's token count calibrates our words-per-token guess
@@ -255,8 +316,10 @@ def engine_stats(endpoint: str) -> dict | None:
         conn.close()
 
 
-def measure(endpoint: str, options: BenchOptions, say=lambda _m: None) -> tuple[list[dict], dict | None]:
-    """Every case against `endpoint` (which must already answer /v1/models): (case summaries, /v1/stats)."""
+def measure(endpoint: str, options: BenchOptions, say=lambda _m: None, traffic: Traffic | None = None,
+            alone: Alone | None = None) -> tuple[list[dict], dict | None]:
+    """Every case against `endpoint` (which must already answer /v1/models): (case summaries, /v1/stats).
+    `traffic`: clients' requests on that engine (a front door's count): each round runs with the engine alone."""
     models = check_models(endpoint)
     ctx_tokens = int(models["data"][0].get("context_length") or 32768)
     rng = random.Random()
@@ -265,7 +328,7 @@ def measure(endpoint: str, options: BenchOptions, say=lambda _m: None) -> tuple[
     for case in cases(options, ctx_tokens):
         say(f"bench: {case.label}: {options.reps} round(s) of {case.concurrency} request(s), "
             f"{options.gen_tokens} tokens each")
-        results.append(run_case(endpoint, case, options, rng, per_word))
+        results.append(run_case(endpoint, case, options, rng, per_word, traffic, alone))
     return results, engine_stats(endpoint)
 
 
@@ -343,18 +406,22 @@ def headline(record: dict) -> float | None:
     return min(singles, key=lambda c: c["prompt_tokens_target"])["decode_tps"]["median"]
 
 
-def bench(ctx, options: BenchOptions, *, kind: str = "bench", say=lambda _m: None) -> dict:
-    """Bench what runs now for `ctx`'s spec, append the record under root, and return it."""
+def bench(ctx, options: BenchOptions, *, kind: str = "bench", say=lambda _m: None,
+          traffic: Traffic | None = None) -> dict:
+    """Bench what runs now for `ctx`'s spec, append the record under root, and return it. `traffic`: clients'
+    requests on that engine, from its front door (the record's `alone` says what the rounds met)."""
     from ds4_converge.health.platform import Sampler
 
     current = ctx.engine_deployment
     endpoint = current.endpoint if current and current.endpoint else ctx.endpoint  # what runs, as it was started
+    alone = Alone()
     with Sampler() as gpu:  # clocks, power, throttle reasons and tenants while it runs (health/platform.py)
-        results, stats = measure(endpoint, options, say)
+        results, stats = measure(endpoint, options, say, traffic, alone)
     record = make_record(kind=kind, release=current.release if current else None,
                          command=current.command if current else [], endpoint=endpoint,
                          program_conf=current.program_conf if current else "", options=options,
                          results=results, stats=stats)
     record["platform"] = gpu.record()
+    record["alone"] = alone.as_record()
     append(ctx.layout.bench_results, record)
     return record

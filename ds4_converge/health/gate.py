@@ -38,6 +38,7 @@ class Baseline:
 
     release: str
     decode_tps: float
+    contaminated: tuple[str, ...] = ()  # rounds benched while clients' requests were in flight, named
 
 
 def enabled(health: Health) -> bool:
@@ -52,8 +53,26 @@ def decode_tps(record: dict) -> float:
 
 
 def judge(decode: float, health: Health, last_good: Deployment | None, *, baseline: Baseline | None = None,
-          platform_slow: list[str] = ()) -> Verdict:
-    """Pure: raise TooSlow, or say what passed (or that the platform, not the release, was slow)."""
+          platform_slow: list[str] = (), contaminated: tuple[str, ...] = ()) -> Verdict:
+    """Pure: raise TooSlow, or say what passed (or that the platform, not the release, was slow). `contaminated`:
+    the new engine's rounds that met clients' requests; the baseline's are in it. Both are named, in a pass or a
+    refusal: a figure measured under traffic is never averaged in silently."""
+    under = []
+    if contaminated:
+        under.append(f"the new engine's {', '.join(contaminated)}")
+    if baseline is not None and baseline.contaminated:
+        under.append(f"the baseline's {', '.join(baseline.contaminated)}")
+    note = (f"; measured with clients' requests in flight (the front door's stats), not the engine alone: "
+            f"{'; '.join(under)}") if under else ""
+    try:
+        verdict = _judge(decode, health, last_good, baseline, platform_slow)
+    except TooSlow as exc:
+        raise TooSlow(f"{exc}{note}") from None
+    return Verdict(verdict.decode_tps, verdict.message + note, verdict.platform_slow)
+
+
+def _judge(decode: float, health: Health, last_good: Deployment | None, baseline: Baseline | None,
+           platform_slow) -> Verdict:
     problems, passed = [], [f"decode {decode:.2f} tok/s"]
     if health.min_decode_tps is not None:
         floor = health.min_decode_tps

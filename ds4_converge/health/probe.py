@@ -12,7 +12,7 @@ import json
 import re
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ds4_converge.core.engine_http import request
@@ -128,19 +128,90 @@ def smoke_test(endpoint: str, smoke: Smoke, timeout: float) -> str:
     return content
 
 
+@dataclass
+class Streamed:
+    """What a streamed chat completion carried, its deltas joined: what an agent's client puts together."""
+
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: dict = field(default_factory=dict)  # index -> {"name", "arguments"}
+    done: bool = False  # the stream ended with `data: [DONE]`
+
+    def message(self) -> dict:
+        calls = [{"type": "function", "function": call} for _, call in sorted(self.tool_calls.items())]
+        return {"content": self.content, "reasoning_content": self.reasoning, "tool_calls": calls}
+
+
+def read_stream(text: str) -> Streamed:
+    """The server-sent events of an OpenAI chat stream, read whole. Raises ValueError for a chunk that is not
+    JSON or an error event."""
+    found = Streamed()
+    for line in text.splitlines():
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            found.done = True
+            break
+        chunk = json.loads(data)
+        if "error" in chunk:
+            raise ValueError(f"the stream carried an error: {data[:200]}")
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            found.content += delta.get("content") or ""
+            found.reasoning += delta.get("reasoning_content") or ""
+            for call in delta.get("tool_calls") or []:
+                entry = found.tool_calls.setdefault(call.get("index", 0), {"name": "", "arguments": ""})
+                function = call.get("function") or {}
+                entry["name"] += function.get("name") or ""
+                entry["arguments"] += function.get("arguments") or ""
+    return found
+
+
+def stream_chat(endpoint: str, body: dict, timeout: float, what: str) -> Streamed:
+    """`body` asked with `stream: true`, as agents ask; its deltas joined. Raises Unhealthy saying `what` failed."""
+    try:
+        status, text = request(endpoint, "POST", "/v1/chat/completions", timeout, {**body, "stream": True})
+        if status != 200:
+            raise Unhealthy(f"{what} failed: HTTP {status}: {text[:200]!r}")
+        found = read_stream(text)
+    except (OSError, http.client.HTTPException, ValueError, TypeError, AttributeError) as exc:
+        raise Unhealthy(f"{what} failed: {exc}") from None
+    if not found.done:
+        raise Unhealthy(f"{what}: the stream ended without `data: [DONE]`")
+    return found
+
+
+def streamed_smoke_test(endpoint: str, smoke: Smoke, timeout: float) -> str:
+    """The smoke again with `stream: true`: the expected text must come in the deltas' `content`, where a client
+    shows it (in `reasoning_content` only, or nowhere, an agent sees an empty answer)."""
+    body = {"model": NON_THINKING_MODEL, "messages": [{"role": "user", "content": smoke.prompt}],
+            "max_tokens": smoke.max_tokens, "temperature": 0, "thinking": {"type": "disabled"}}
+    found = stream_chat(endpoint, body, timeout, "streamed smoke completion")
+    if smoke.expect.lower() not in found.content.lower():
+        where = (f"; only in reasoning_content: {found.reasoning.strip()[:80]!r}"
+                 if smoke.expect.lower() in found.reasoning.lower() else "")
+        raise Unhealthy(f"streamed smoke answer {found.content.strip()[:120]!r} (its `content`) does not contain "
+                        f"{smoke.expect!r}{where}")
+    return found.content
+
+
 TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "the city"}},
                    "required": ["city"]}}}
 
 
+TOOL_QUESTION = "What is the weather in Paris? Use the get_weather tool."
+
+
 def tool_call_test(endpoint: str, timeout: float) -> dict:
-    """A request with a tools definition: the answer must be a structured tool_calls entry naming the function,
-    its arguments a JSON object. DSML (DeepSeek V4's tool-call markup) in the content means the runtime did not
-    parse it: an agent would see text, never a call."""
+    """A request with a tools definition, asked plain and then streamed (as agents ask): each answer must be a
+    structured tool_calls entry naming the function, its arguments a JSON object. DSML (DeepSeek V4's tool-call
+    markup) in the content means the runtime did not parse it: an agent would see text, never a call."""
     body = {"model": NON_THINKING_MODEL, "stream": False, "temperature": 0, "max_tokens": 256,
             "thinking": {"type": "disabled"}, "tools": [TOOL],
-            "messages": [{"role": "user", "content": "What is the weather in Paris? Use the get_weather tool."}]}
+            "messages": [{"role": "user", "content": TOOL_QUESTION}]}
     try:
         status, text = request(endpoint, "POST", "/v1/chat/completions", timeout, body)
         if status != 200:
@@ -148,21 +219,29 @@ def tool_call_test(endpoint: str, timeout: float) -> dict:
         message = json.loads(text)["choices"][0]["message"]
     except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError, TypeError) as exc:
         raise Unhealthy(f"tool-call smoke failed: {exc}") from None
+    call = judge_tool_call(message, "tool-call smoke")
+    judge_tool_call(stream_chat(endpoint, body, timeout, "streamed tool-call smoke").message(),
+                    "streamed tool-call smoke")
+    return call
+
+
+def judge_tool_call(message: dict, what: str) -> dict:
+    """The first tool call of an answer's message, or Unhealthy saying what came instead."""
     calls = message.get("tool_calls") or []
     if not calls:
         content = (message.get("content") or "").strip()
-        what = "DSML as text (the runtime did not parse it)" if "DSML" in content or "invoke" in content \
-            else "text, no tool_calls"
-        raise Unhealthy(f"tool-call smoke: the answer is {what}: {content[:160]!r}")
+        kind = "DSML as text (the runtime did not parse it)" if "DSML" in content or "invoke" in content \
+            else "text, no tool_calls" if content else "empty: no tool_calls, no content"
+        raise Unhealthy(f"{what}: the answer is {kind}: {content[:160]!r}")
     function = calls[0].get("function") or {}
     if function.get("name") != TOOL["function"]["name"]:
-        raise Unhealthy(f"tool-call smoke: the call names {function.get('name')!r}, not get_weather")
+        raise Unhealthy(f"{what}: the call names {function.get('name')!r}, not get_weather")
     try:
         arguments = json.loads(function.get("arguments") or "")
     except (TypeError, ValueError):
         arguments = None
     if not isinstance(arguments, dict):
-        raise Unhealthy(f"tool-call smoke: the arguments are not a JSON object: {function.get('arguments')!r}")
+        raise Unhealthy(f"{what}: the arguments are not a JSON object: {function.get('arguments')!r}")
     return calls[0]
 
 
@@ -195,8 +274,35 @@ def speculative_test(endpoint: str, smoke: Smoke, timeout: float) -> None:
                         f"(expected {smoke.expect!r}): {wrong[0]}")
 
 
+class _Alive:
+    """Is the engine of this start still up? Its pid is read from /proc between supervisord's answers (at most
+    every SUPERVISOR_POLL_S), and `loading`: one exit since the start, or a new pid, is a crash loop."""
+
+    def __init__(self, watch: EngineWatch, pid: int | None = None):
+        self.watch, self.pid, self.first, self.at = watch, pid, pid, float("-inf")
+
+    def __call__(self, *, loading: bool = False) -> int:
+        if self.pid and time.monotonic() - self.at < SUPERVISOR_POLL_S and _running(self.pid):
+            return self.pid
+        watch = self.watch
+        state, pid, spawn_error = watch.state()
+        if state not in ("RUNNING", "STARTING"):
+            raise Unhealthy(_died(state, spawn_error, watch.exits(), watch.last_words()), watch.last_lines())
+        self.first = self.first or pid
+        if loading:
+            # an engine that exits after supervisord's start window is started again, and again: it is never
+            # BACKOFF or FATAL, only a new pid each time. One exit since this start is the crash it is.
+            ended = watch.exits()
+            if ended or (pid and self.first and pid != self.first):
+                raise Unhealthy(_restarted(self.first, pid, ended, watch.last_words()), watch.last_lines())
+        self.at, self.pid = time.monotonic(), pid
+        return pid
+
+
 def wait_healthy(target: ProbeTarget, watch: EngineWatch, *, soak: bool = True) -> int:
-    """Return the PID that passed; raise Unhealthy saying how it failed, with the engine's own last lines."""
+    """Return the PID that passed; raise Unhealthy saying how it failed, with the engine's own last lines.
+    Without `soak`, it returns once the engine answers right (models, smoke plain and streamed, tool call):
+    :func:`soak_engine` then watches it for health.soak_s, as the switch's held road does while it serves."""
     from tenacity import Retrying, retry_if_exception_type, stop_after_delay
 
     if target.worker is not None:
@@ -206,23 +312,7 @@ def wait_healthy(target: ProbeTarget, watch: EngineWatch, *, soak: bool = True) 
                            soak_s=target.soak_s if soak else 0)[0]
 
     started = time.monotonic()
-    asked = {"at": float("-inf"), "pid": None, "first": None}
-
-    def alive(*, loading: bool = False) -> int:
-        if asked["pid"] and time.monotonic() - asked["at"] < SUPERVISOR_POLL_S and _running(asked["pid"]):
-            return asked["pid"]
-        state, pid, spawn_error = watch.state()
-        if state not in ("RUNNING", "STARTING"):
-            raise Unhealthy(_died(state, spawn_error, watch.exits(), watch.last_words()), watch.last_lines())
-        first = asked["first"] = asked["first"] or pid
-        if loading:
-            # an engine that exits after supervisord's start window is started again, and again: it is never
-            # BACKOFF or FATAL, only a new pid each time. One exit since this start is the crash it is.
-            ended = watch.exits()
-            if ended or (pid and first and pid != first):
-                raise Unhealthy(_restarted(first, pid, ended, watch.last_words()), watch.last_lines())
-        asked.update(at=time.monotonic(), pid=pid)
-        return pid
+    alive = _Alive(watch)
 
     def ready() -> int:
         pid = alive(loading=True)
@@ -247,28 +337,50 @@ def wait_healthy(target: ProbeTarget, watch: EngineWatch, *, soak: bool = True) 
     elif target.smoke:
         remaining = max(30.0, target.deadline_s - (time.monotonic() - started))
         smoke_test(target.endpoint, target.smoke, timeout=remaining)
+        streamed_smoke_test(target.endpoint, target.smoke, timeout=remaining)
         if target.speculative:
             speculative_test(target.endpoint, target.smoke, timeout=remaining)
     if target.tool_call:
         tool_call_test(target.endpoint, timeout=max(30.0, target.deadline_s - (time.monotonic() - started)))
     if soak:
-        soak_until = time.monotonic() + target.soak_s
-        while time.monotonic() < soak_until:
-            time.sleep(min(target.interval_s, max(0.0, soak_until - time.monotonic())))
-            try:
-                now_pid = alive()
-                check_models(target.endpoint)
-                if now_pid != pid:
-                    raise NotReady(f"restarted (pid {pid} → {now_pid})")
-            except (NotReady, Unhealthy) as exc:
-                ended = watch.exits()
-                if ended:  # it died and supervisord may have restarted it: a crash, not a slow load
-                    words = watch.last_words()
-                    raise Unhealthy(f"crashed during the {target.soak_s:.0f}s soak ({_times(ended)}; was pid {pid})"
-                                    + (f": {words}" if words else ""), watch.last_lines()) from None
-                raise Unhealthy(f"stopped answering during the {target.soak_s:.0f}s soak: {exc}",
-                                getattr(exc, "detail", "")) from None
+        soak_engine(target, watch, pid)
     return pid
+
+
+def soak_engine(target: ProbeTarget, watch: EngineWatch, pid: int) -> None:
+    """The engine that answered right (pid `pid`) must stay up and answering for health.soak_s."""
+    alive = _Alive(watch, pid)
+    soak_until = time.monotonic() + target.soak_s
+    while time.monotonic() < soak_until:
+        time.sleep(min(target.interval_s, max(0.0, soak_until - time.monotonic())))
+        try:
+            now_pid = alive()
+            check_models(target.endpoint)
+            if now_pid != pid:
+                raise NotReady(f"restarted (pid {pid} → {now_pid})")
+        except (NotReady, Unhealthy) as exc:
+            ended = _exits_of(watch, pid)
+            if ended:  # it died and supervisord may have restarted it: a crash, not a slow load
+                words = watch.last_words()
+                raise Unhealthy(f"crashed during the {target.soak_s:.0f}s soak ({_times(ended)}; was pid {pid})"
+                                + (f": {words}" if words else ""), watch.last_lines()) from None
+            raise Unhealthy(f"stopped answering during the {target.soak_s:.0f}s soak: {exc}",
+                            getattr(exc, "detail", "")) from None
+
+
+#: supervisord writes an exit to its log within its own tick (about a second) of the process's end
+EXIT_RECORDED_S = 3.0
+
+
+def _exits_of(watch: EngineWatch, pid: int) -> list[str]:
+    """How the engine ended since its start; when its process is gone but supervisord has not logged it yet (the
+    port closed first), waited for up to EXIT_RECORDED_S: a crash is reported as one."""
+    ended = watch.exits()
+    deadline = time.monotonic() + EXIT_RECORDED_S
+    while not ended and not _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        ended = watch.exits()
+    return ended
 
 
 def _wait_route(target: ProbeTarget, watch: EngineWatch, alive, started: float) -> None:

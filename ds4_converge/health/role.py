@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
 
 from ds4_converge.core.context import Context, Verdict
 from ds4_converge.core.crashpoints import crash_point
-from ds4_converge.core.plan import Change, RoleFailed, RolePlan
+from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
 from ds4_converge.health import bench, gate, platform, warmup, worker
-from ds4_converge.health.probe import NotReady, ProbeTarget, Unhealthy, check_models, wait_healthy
+from ds4_converge.health.probe import NotReady, ProbeTarget, Unhealthy, check_models, soak_engine, wait_healthy
 from ds4_converge.engine_knowledge import load as load_knowledge
-from ds4_converge.service import start_log
+from ds4_converge.service import start_log, switch
 from ds4_converge.tool_command import tool_command
 
 NAME = "probe"
@@ -98,15 +99,19 @@ def plan(ctx: Context) -> RolePlan:
     if part is not None:
         return _plan_worker(ctx, part)
     if needs_full_probe(ctx):
-        ladder = "/v1/models" + (", smoke answer" if health.smoke else "")
+        ladder = "/v1/models" + (", smoke answer (plain and streamed)" if health.smoke else "")
         ladder += ", the smoke at concurrency 2, sampled" if health.smoke and ctx.spec.server.speculative.mode != "off" \
             else ""
         ladder += ", a tool call" if health.tool_call else ""
         ladder += f", {health.soak_s:.0f}s soak"
         ladder += ", performance gate" if gate.enabled(health) else ""
         ladder += f", {len(health.warmup)} warm-up prompt(s)" if health.warmup else ""
+        findings = [Finding("info", "no front door: the performance gate's benches cannot tell clients' requests "
+                                    "from their own, so a gate benched while clients ask is unreliable (with "
+                                    "`front`, each engine is benched alone)")] \
+            if gate.enabled(health) and ctx.spec.front is None else []
         return RolePlan(NAME, [Change(f"probe {ctx.endpoint}: {ladder}; record last good", action=_probe)],
-                        reason=f"probe the new engine ({ladder})")
+                        reason=f"probe the new engine ({ladder})", findings=findings)
     try:
         check_models(ctx.endpoint)
     except NotReady as exc:
@@ -155,22 +160,35 @@ def _probe(ctx: Context) -> str:
     part = _worker(ctx)
     what = f"worker {part.layers} (data port {part.listen})" if part else ctx.endpoint
     ctx.say(f"probing {what} (deadline {ctx.spec.health.deadline_s:.0f}s, soak {ctx.spec.health.soak_s:.0f}s)")
-    try:
-        if part:
+    if part:
+        try:
             pid, state = _probe_worker(ctx)
-        else:
-            pid = wait_healthy(target(ctx), process_state(ctx))
+        except Unhealthy as exc:
+            raise RoleFailed(f"release {ctx.desired.release} is not healthy: {exc}", exc.detail) from None
+        crash_point("probed")
+        # no HTTP API: no gate, no warm-up; the coordinator's probe answers for the pair
+        ctx.verdict = Verdict(ctx.desired, pid)
+        return f"healthy (pid {pid}); worker up, {state.describe()}"
+    probed, watch = target(ctx), process_state(ctx)
+    try:
+        pid = wait_healthy(probed, watch, soak=False)
     except Unhealthy as exc:
         raise RoleFailed(f"release {ctx.desired.release} is not healthy: {exc}", exc.detail) from None
+    load_s = round(time.monotonic() - ctx.start.at, 1) if ctx.start is not None else None
+    # the gate measures the engine alone: before any client reaches it (service/switch.py flip_before_soak)
+    measured, said = performance_gate(ctx)
+    flip = switch.flip_before_soak(ctx)
+    try:
+        soak_engine(probed, watch, pid)
+    except Unhealthy as exc:
+        served = f"; {switch.hold_after_flip(ctx, flip)}" if flip else ""
+        raise RoleFailed(f"release {ctx.desired.release} is not healthy: {exc}{served}", exc.detail) from None
     crash_point("probed")
-    if part:  # no HTTP API: no gate, no warm-up; the coordinator's probe answers for the pair
-        measured, said = None, [f"worker up, {state.describe()}"]
-    else:
-        measured, said = performance_gate(ctx)
-        said += warm_up(ctx) + memory_plan(ctx)
+    said += warm_up(ctx) + memory_plan(ctx)
     # the verdict: the orchestration has the switch commit it (last good recorded, guard disarmed, prune)
-    ctx.verdict = Verdict(ctx.desired, pid, measured)
-    return f"healthy (pid {pid})" + "".join(f"; {line}" for line in said)
+    ctx.verdict = Verdict(ctx.desired, pid, measured, load_s)
+    ready = f"; answered its smoke {load_s:g}s after its start" if load_s is not None else ""
+    return f"healthy (pid {pid}){ready}" + "".join(f"; {line}" for line in said)
 
 
 def performance_gate(ctx: Context) -> tuple[dict | None, list[str]]:
@@ -180,10 +198,12 @@ def performance_gate(ctx: Context) -> tuple[dict | None, list[str]]:
         return None, []
     ctx.say("performance gate: a short bench of the new engine")
     try:
-        record = bench.bench(ctx, gate.GATE_BENCH, kind="gate")
+        # no client reaches it yet (held, or a candidate beside): the front door's stats say so all the same
+        record = bench.bench(ctx, gate.GATE_BENCH, kind="gate",
+                             traffic=switch.probed_traffic(ctx))
         slow = platform.slow_reasons(record.get("platform"), _engine_pids(ctx))
         verdict = gate.judge(gate.decode_tps(record), health, ctx.state.last_good, baseline=ctx.gate_baseline,
-                             platform_slow=slow)
+                             platform_slow=slow, contaminated=tuple(record["alone"]["contaminated"]))
     except (bench.BenchError, NotReady, Unhealthy) as exc:
         raise RoleFailed(f"release {ctx.desired.release} failed the performance gate's bench: {exc}") from None
     except gate.TooSlow as exc:

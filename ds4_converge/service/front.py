@@ -287,6 +287,59 @@ def servers(layout: Layout, name: str) -> dict[str, dict]:
     return found
 
 
+@dataclass(frozen=True)
+class Counters:
+    """What HAProxy counted for a server (or the whole backend) since it started: clients' requests."""
+
+    in_flight: int  # scur: sessions open now
+    total: int  # stot: sessions ever
+    answered: int  # hrsp_2xx: answers with a 2xx status
+
+
+def counters(layout: Layout, name: str) -> dict[str, Counters]:
+    """{"BACKEND": …, "a": …, "b": …, "hold": …} from `show stat` of the engine backend (empty: no such backend)."""
+    import csv
+
+    text = admin(layout, f"show stat {name}-engine -1 -1")
+    rows = list(csv.reader(line for line in text.splitlines() if line.strip()))
+    if not rows or not rows[0] or not rows[0][0].startswith("#"):
+        return {}
+    header = [field.strip("# ") for field in rows[0]]
+    found = {}
+    for row in rows[1:]:
+        fields = dict(zip(header, row))
+        try:
+            found[fields["svname"]] = Counters(int(fields.get("scur") or 0), int(fields.get("stot") or 0),
+                                               int(fields.get("hrsp_2xx") or 0))
+        except (KeyError, ValueError):
+            continue
+    return found
+
+
+def slot_counters(layout: Layout, name: str, port: int) -> Counters | None:
+    """The counters of the engine slot on `port`; None when HAProxy has none there."""
+    slot = next((server for server, found in servers(layout, name).items()
+                 if server != HOLD and found["port"] == port), None)
+    return counters(layout, name).get(slot) if slot else None
+
+
+def traffic(ctx: Context, port: int | None):
+    """For a bench of the engine on `port`: a function saying (clients' requests in flight there, ever), from
+    HAProxy's stats, None when it cannot tell; None without a front door (nobody can tell then)."""
+    if port is None or not enabled(ctx) or not admin_socket(ctx.layout).exists():
+        return None
+    layout, name = ctx.layout, ctx.spec.server.name
+
+    def count() -> tuple[int, int] | None:
+        try:
+            found = slot_counters(layout, name, port)
+        except (OSError, FrontError):
+            return None
+        return (found.in_flight, found.total) if found else None
+
+    return count
+
+
 SERVERS = ("a", "b", HOLD := "hold")
 # The hold server: the first slot's port on another loopback address, where nothing can listen (the engine binds
 # 127.0.0.1 only, and anyone else on that port, 0.0.0.0 included, is refused by preflight): every connection is

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,12 +26,13 @@ class StartMark:
     engine_offset: int
     supervisord_log: Path
     supervisord_offset: int
+    at: float = 0.0  # time.monotonic() at the mark: how long the start took is measured from here
 
 
 def mark(layout: Layout, name: str) -> StartMark:
     """Where both logs end now: everything after this belongs to the start that follows."""
     engine, supervisord = layout.engine_log(name), layout.supervisord_log
-    return StartMark(engine, _size(engine), supervisord, _size(supervisord))
+    return StartMark(engine, _size(engine), supervisord, _size(supervisord), time.monotonic())
 
 
 def engine_lines(start: StartMark, lines: int = 15) -> str:

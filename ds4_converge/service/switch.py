@@ -83,10 +83,13 @@ def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -
     grace = stop_grace(ctx.spec)
     pid = ctx.supervisor.running_pid(name)
     running = ctx.state.current.endpoint if ctx.state.current else ctx.endpoint
-    if reason != "revert":  # a front door holds new requests from now until the switch commits or reverts
-        front.hold(ctx)
+    # a front door holds new requests from now until the switch commits or reverts (a revert holds them again:
+    # clients may have been sent to the engine it stops, flip_before_soak)
+    front.hold(ctx)
     if pid and reason != "revert" and _answers(running):  # the engine cuts a generation on SIGTERM: wait until idle
         ctx.drained = drain.wait_idle(running, ctx.spec.server.drain_s, say=ctx.say)
+        if reason == "switch":  # held and drained: the old engine is alone now
+            bench_baseline(ctx)
         ctx.say(f"stopping {name} (pid {pid}): SIGTERM, SIGKILL after {grace}s if it has not exited "
                 f"(server.stop_wait_s)")
     else:  # nothing runs, or an engine (RUNNING, STARTING, …) that serves nobody
@@ -113,7 +116,9 @@ def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -
 def bench_baseline(ctx: Context) -> None:
     """With a regression gate, the old engine is benched now, on this box, before it is stopped: the new one is
     judged against that, not against a figure from another session (health/gate.py). Nothing is stopped yet,
-    so a bench that fails only leaves the gate its recorded figure."""
+    so a bench that fails only leaves the gate its recorded figure. The engine alone: on the held road it is
+    benched after the hold and the drain; beside, while it serves, each round waits for a moment without
+    clients' requests and is run again when one came (the front door's stats, health/bench.py alone_round)."""
     from ds4_converge.health import bench, gate
 
     current = ctx.state.current
@@ -121,10 +126,17 @@ def bench_baseline(ctx: Context) -> None:
         return
     ctx.say(f"performance gate: benching the serving engine ({current.release}) as the baseline")
     try:
-        ctx.gate_baseline = gate.Baseline(current.release, gate.decode_tps(
-            bench.bench(ctx, gate.GATE_BENCH, kind="baseline")))
+        record = bench.bench(ctx, gate.GATE_BENCH, kind="baseline",
+                             traffic=front.traffic(ctx, front.port_of(current)))
+        ctx.gate_baseline = gate.Baseline(current.release, gate.decode_tps(record),
+                                          tuple(record["alone"]["contaminated"]))
     except bench.BenchError as exc:
         ctx.say(f"the baseline bench failed ({exc}): the gate uses last good's recorded figure")
+
+
+def probed_traffic(ctx: Context):
+    """Clients' requests on the engine under probe, as its front door counts them (health/bench.py Traffic)."""
+    return front.traffic(ctx, front.port_of(ctx.engine_deployment))
 
 
 def _await_memory(ctx: Context) -> None:
@@ -159,7 +171,6 @@ def _install(ctx: Context, deployment: Deployment, step: str = "") -> None:
 
 def switch(ctx: Context, deployment: Deployment) -> None:
     """The service role's switch with supervisord up: from here a failure reverts to last good."""
-    bench_baseline(ctx)
     ctx.switched = True
     switch_to(ctx, deployment.stamped())
 
@@ -182,6 +193,80 @@ def switch_beside(ctx: Context, candidate: Deployment) -> None:
     ctx.start = start_log.mark(ctx.layout, program)  # a failure report shows only what this start wrote
     ctx.supervisor.load(program)
     crash_point("beside-started")
+
+
+@dataclass(frozen=True)
+class Flip:
+    """The held road's clients went to the new engine before its soak (front.flip: after-smoke)."""
+
+    port: int  # the new engine's slot
+    answered_before: int | None  # what HAProxy had counted as answered there before (None: not known)
+
+
+def flip_before_soak(ctx: Context) -> Flip | None:
+    """The held road, once the new engine answered right (the smoke plain and streamed, the tool call, the gate):
+    held requests go to it now, and the soak goes on while it serves. None where this switch does not flip
+    early: no front door, front.flip after-soak, the beside road (its candidate serves no one until commit), or
+    no last good to revert to. A crash from here is reverted as before (:func:`hold_after_flip`, then
+    :func:`revert`); a run that dies meanwhile is the guard's, which points the front door at last good again."""
+    last_good, current = ctx.state.last_good, ctx.state.current
+    if (not front.enabled(ctx) or ctx.spec.front.flip != "after-smoke" or not ctx.switched
+            or ctx.candidate is not None or last_good is None or current is None or not front.running(ctx)):
+        return None
+    port = front.port_of(current)
+    before = _answered(ctx, port)
+    front.point_at(ctx, port)
+    crash_point("held-flipped")
+    ctx.say(f"front door: clients go to release {current.release} on 127.0.0.1:{port} now; the "
+            f"{ctx.spec.health.soak_s:g}s soak goes on while it serves (front.flip: after-smoke)")
+    return Flip(port, before)
+
+
+def hold_after_flip(ctx: Context, flip: Flip) -> str:
+    """The new engine failed its soak after clients were sent to it: hold what arrives again (HAProxy re-sends a
+    request the dying engine never answered), and say how many it answered meanwhile, for the report."""
+    after = _answered(ctx, flip.port)
+    front.hold(ctx)
+    if flip.answered_before is None or after is None:
+        return "it had served clients since its smoke (how many, HAProxy's stats did not say)"
+    return f"it had answered {after - flip.answered_before} client request(s) since its smoke"
+
+
+def held_for(ctx: Context, release: str) -> str:
+    """For the plan: how long a request that arrives during this switch is held, with the numbers. Held from
+    the moment the serving engine takes no new request (the drain's start) until the new one answered its probe
+    up to the flip (service/switch.py flip_before_soak), or its whole probe (front.flip: after-soak)."""
+    spec = ctx.spec
+    parts = [f"the drain of what is in flight (at most server.drain_s {spec.server.drain_s:g}s)", "the stop"]
+    measured = next((d for d in reversed(ctx.state.good) if d.release == release and d.load_s is not None), None)
+    guess = ctx.state.last_good if ctx.state.last_good and ctx.state.last_good.load_s is not None else None
+    if measured is not None:
+        parts.append(f"the load and the smoke ({measured.load_s:g}s at release {release}'s last start here)")
+    elif guess is not None:
+        parts.append(f"the load and the smoke (release {release} has not started here yet; last good "
+                     f"{guess.release} took {guess.load_s:g}s)")
+    else:
+        parts.append("the load and the smoke (not measured here yet)")
+    if spec.health.tool_call:
+        parts.append("the tool call")
+    if spec.health.max_regression is not None or spec.health.min_decode_tps is not None:
+        parts.append("the performance gate's benches (the old engine's too, after its drain: each engine is "
+                     "benched alone)")
+    if spec.front.flip == "after-soak" or ctx.state.last_good is None:
+        why = "front.flip: after-soak" if ctx.state.last_good else "no last good to revert to: a first start"
+        parts.append(f"the {spec.health.soak_s:g}s soak ({why})")
+        tail = ""
+    else:
+        tail = f"; the {spec.health.soak_s:g}s soak goes on while it serves (front.flip: after-smoke)"
+    return f"requests are held for {', '.join(parts[:-1])} and {parts[-1]}{tail}"
+
+
+def _answered(ctx: Context, port: int) -> int | None:
+    try:
+        found = front.slot_counters(ctx.layout, ctx.spec.server.name, port)
+    except (OSError, front.FrontError):
+        return None
+    return found.answered if found else None
 
 
 def _take_over(ctx: Context, deployment: Deployment, prove: Callable[[], object]) -> None:
@@ -246,7 +331,7 @@ def commit(ctx: Context, verdict: Verdict, *, prove: Callable[[], object] = lamb
     if beside:
         _take_over(ctx, verdict.deployment.stamped(), prove)
     expose(ctx, verdict.deployment)
-    ctx.state.bless(replace(verdict.deployment.stamped(), bench=verdict.bench))
+    ctx.state.bless(replace(verdict.deployment.stamped(), bench=verdict.bench, load_s=verdict.load_s))
     ctx.state.save(ctx.layout.state_file)
     watch_last_good(ctx)
     if beside:  # before the guard stands down: a run that dies meanwhile leaves it for the guard to remove

@@ -378,6 +378,11 @@ class Front(Strict):
         "auto", description="auto: when memory holds both (the memory budget says), a new engine loads beside the "
                             "serving one and clients move once it passed the probe, so none is held; off: the "
                             "serving engine stops first and requests are held meanwhile")
+    flip: Literal["after-smoke", "after-soak"] = Field(
+        "after-smoke", description="when the serving engine stops first (overlap off, or no memory for two): "
+                                   "after-smoke: held requests go to the new engine once it answered the smoke "
+                                   "(and the tool call, the gate), the soak goes on while it serves, and a crash "
+                                   "then reverts it; after-soak: they are held through the soak too")
 
     _ipv4 = field_validator("host")(classmethod(lambda cls, value: values.check_ipv4_literal(value)))
 

@@ -32,7 +32,8 @@ PROG = "ds4"
 TIMESTAMPS = False
 
 KNOWN_FAULTS = ("none", "crash-at-start", "crash-after", "hang", "wrong-model",
-                "wrong-answer", "build-fails", "dsml-as-text", "poisoned")
+                "wrong-answer", "build-fails", "dsml-as-text", "poisoned",
+                "empty-stream")
 
 
 # --------------------------------------------------------------------------- command line

@@ -556,6 +556,8 @@ class Handler(BaseHTTPRequestHandler):
                 started[0] = True
                 self._sse_start()
                 self._sse(chunk({"role": "assistant", "content": ""}))
+            if STATE.fault[0] == "empty-stream" and kind != "reasoning":
+                return  # the answer is generated, and never sent
             if kind == "reasoning":
                 self._sse(chunk({"reasoning_content": piece}))
             elif kind == "content":

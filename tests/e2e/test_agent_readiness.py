@@ -29,6 +29,19 @@ def test_tool_calls_that_come_back_as_text_are_reverted(box):
     assert rc == 0, document
 
 
+def test_a_release_whose_streamed_answers_are_empty_is_reverted(box):
+    """Agents stream: v0.3.1-empty-stream answers right when asked plain, and with no content when streamed."""
+    rc, document = box.converge()
+    assert rc == 0, document
+    good = box.status()["release"]
+    with box.edited({"engine.ref": "v0.3.1-empty-stream"}):
+        rc, document = box.converge()
+    assert rc == 1 and document["reverted"], document
+    assert "streamed smoke answer '' (its `content`) does not contain 'Paris'" in document["error"], document["error"]
+    status = box.status()
+    assert status["healthy"] and status["release"] == good, status
+
+
 def test_with_speculation_on_the_smoke_runs_again_at_concurrency_2_and_sampled(box):
     box.spec["model"]["mtp"] = str(REPO / "engine" / "models" / "tiny-mtp.gguf")
     box.spec["server"]["speculative"] = {"mode": "mtp"}

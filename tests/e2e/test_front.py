@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -46,24 +48,31 @@ def fronted(tmp_path_factory, sim_repo):
     made.stop()
 
 
-def ask(box, headers=None, timeout=120) -> requests.Response:
-    return requests.post(f"http://127.0.0.1:{box.front_port}/v1/chat/completions", json=QUESTION, timeout=timeout,
+def ask(box, headers=None, timeout=120, question=QUESTION) -> requests.Response:
+    return requests.post(f"http://127.0.0.1:{box.front_port}/v1/chat/completions", json=question, timeout=timeout,
                          headers={"Authorization": f"Bearer {KEY}"} if headers is None else headers)
+
+
+# an answer of 6 s on the simulator (200 tokens/s): one of them is held through a switch and still being answered
+# by the new engine seconds after the flip
+LONG_QUESTION = {"model": "deepseek-chat", "max_tokens": 1200, "thinking": {"type": "disabled"},
+                 "messages": [{"role": "user", "content": "Count from 1 to 100000, separated by spaces."}]}
 
 
 class Client(threading.Thread):
     """A steady stream of requests through the front door; every answer is kept."""
 
-    def __init__(self, box):
+    def __init__(self, box, pause=0.05, question=QUESTION):
         super().__init__(daemon=True)
-        self.box, self.done = box, threading.Event()
+        self.box, self.done, self.pause, self.question = box, threading.Event(), pause, question
         self.answers, self.failures, self.held = [], [], []
+        self.spans = []  # (start, end) of each request, time.time()
 
     def run(self):
         while not self.done.is_set():
-            started = time.monotonic()
+            started, wall = time.monotonic(), time.time()
             try:
-                answer = ask(self.box)
+                answer = ask(self.box, question=self.question)
                 if answer.status_code != 200:
                     self.failures.append(f"HTTP {answer.status_code}: {answer.text[:200]}")
                 else:
@@ -71,7 +80,8 @@ class Client(threading.Thread):
             except requests.RequestException as exc:
                 self.failures.append(repr(exc))
             self.held.append(time.monotonic() - started)
-            time.sleep(0.05)
+            self.spans.append((wall, time.time()))
+            time.sleep(self.pause)
 
     def stop(self):
         self.done.set()
@@ -125,6 +135,87 @@ def test_a_client_sees_no_failure_and_no_bad_answer_through_an_upgrade_a_restart
     # a revert never moves the front door: it points at last good's slot, where last good runs again
     assert status["front"]["points_at"] == status["endpoint"].removeprefix("http://"), status
     assert len(client.answers) > 20
+
+
+def test_on_the_held_road_clients_wait_for_the_load_and_the_smoke_not_for_the_soak(fronted):
+    """front.overlap off, a soak longer than the load: a held request goes to the new engine once it answered
+    its smoke (front.flip: after-smoke, the default), while the soak goes on; after-soak holds it through the
+    soak too. The plan says how long requests are held, with the load time measured at the last start."""
+    box = fronted
+    soak = 8.0
+    with box.edited({"front.overlap": "off", "health.soak_s": soak}), streaming(box) as (first, client):
+        with box.edited({"server.env.DS4C_TEST_SETTING": "flip-after-smoke"}):
+            rc, restarted = box.converge()
+            assert rc == 0, restarted["error"]
+        during_flip = list(client.held)
+        assert "s soak goes on while it serves (front.flip: after-smoke)" in _say(restarted), _say(restarted)
+        assert "the load and the smoke (" in _say(restarted), _say(restarted)
+        with box.edited({"front.flip": "after-soak"}):
+            rc, held_through = box.converge()
+            assert rc == 0, held_through["error"]
+            assert f"the {soak:g}s soak (front.flip: after-soak)" in _say(held_through), _say(held_through)
+    load_s = float(box.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"])
+    # held for the drain, the stop, a load of 2 s and the smoke: seconds under the soak on a loaded machine
+    assert load_s <= max(during_flip) < soak - 2, sorted(during_flip)[-5:]
+    assert max(client.held) >= soak, sorted(client.held)[-5:]  # after-soak: the old road, held through the soak
+    receipt = json.loads((box.root / "state.json").read_text())["good"][-1]
+    assert load_s <= receipt["load_s"] < soak, receipt["load_s"]  # measured at its start, for the next plan
+
+
+def test_a_release_that_crashes_while_its_soak_serves_clients_is_reverted_and_no_request_fails(fronted):
+    """The held road flips after the smoke; the new engine crashes during the soak, with clients on it: HAProxy
+    holds what arrives again (and re-sends what the dying engine never answered), last good comes back, and the
+    report says how many requests the new engine answered meanwhile. The client meets no failure."""
+    box = fronted
+    long = Client(box, question=LONG_QUESTION)  # a held request still being answered when the engine dies
+    long.start()
+    with box.edited({"front.overlap": "off", "health.soak_s": 12}), streaming(box) as (first, client):
+        # serves right, then dies 6 s after it binds: after its smoke, inside its soak
+        with box.edited({"server.env.DS4_SIM_FAULT": "crash-after:6"}):
+            rc, reverted = box.converge()
+        long.stop()
+        assert rc == 1 and reverted["reverted"], reverted
+        assert "crashed during the 12s soak" in reverted["error"], reverted["error"]
+        answered = re.search(r"it had answered (\d+) client request\(s\) since its smoke", reverted["error"])
+        assert answered and int(answered.group(1)) > 0, reverted["error"]
+        status = box.status()
+        assert status["healthy"] and status["release"] == first["release"], status
+        assert status["front"]["points_at"] == status["endpoint"].removeprefix("http://"), status
+        time.sleep(1)
+    assert long.failures == [] and long.answers, long.failures
+
+
+def test_the_gate_benches_each_engine_alone_never_under_clients_requests(fronted):
+    """health.max_regression: the serving engine is benched as the baseline and the new one by the gate. Beside
+    (overlap auto) the serving engine has clients: each round waits for a quiet moment and is run again when a
+    request came (HAProxy's stats); on the held road both benches run while clients are held. No kept round
+    overlaps a client's request."""
+    box = fronted
+    results = box.root / "bench" / "results.jsonl"
+    client = Client(box, pause=1.5)
+    client.start()
+    try:
+        time.sleep(1)
+        for overlap, setting in (("auto", "gate-beside"), ("off", "gate-held")):
+            with box.edited({"health.max_regression": 0.9, "front.overlap": overlap,
+                             "server.env.DS4C_TEST_SETTING": setting}):
+                rc, document = box.converge()
+            assert rc == 0, document["error"]
+            assert "measured with clients' requests in flight" not in _say(document), _say(document)
+    finally:
+        client.stop()
+    assert client.failures == [], client.failures
+    records = [r for r in map(json.loads, results.read_text().splitlines()) if r["kind"] in ("baseline", "gate")]
+    assert [r["kind"] for r in records] == ["baseline", "gate"] * 2, [r["kind"] for r in records]
+    for record in records:
+        alone = record["alone"]
+        assert alone["checked"] and alone["contaminated"] == [], (record["kind"], alone)
+    beside, held = records[0]["alone"], records[2]["alone"]
+    assert held["redone"] == 0, held  # benched after the hold and the drain: nothing to wait for
+    slack = 0.05
+    for start, end in beside["rounds"]:
+        met = [(a, b) for a, b in client.spans if a < end - slack and b > start + slack]
+        assert not met, (start, end, met)
 
 
 def test_with_memory_for_both_the_new_engine_loads_beside_the_serving_one_and_no_request_waits_for_it(fronted):

@@ -138,7 +138,7 @@ def git(repo, *args):
 
 EXPECTED_TAGS = {"v0.1.0", "v0.2.0", "v0.3.0", "v0.3.1-crash-at-start", "v0.3.1-crash-after", "v0.3.1-hang",
                  "v0.3.1-wrong-model", "v0.3.1-wrong-answer", "v0.3.1-build-fails", "v0.3.1-dsml-as-text",
-                 "v0.3.1-poisoned"}
+                 "v0.3.1-poisoned", "v0.3.1-empty-stream"}
 
 
 def test_sim_repo_layout(sim_repo):

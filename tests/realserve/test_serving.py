@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -281,13 +282,51 @@ class FrontClient(threading.Thread):
         assert not self.is_alive(), "the client's last request never ended"
 
 
-@pytest.mark.timeout(1800)
+def crash_during_soak(box: Box) -> dict:
+    """The held road (front.overlap off, a Spark's): a restart whose new engine gets clients once it answered its
+    smoke, and is killed (SIGKILL, as a crash) during its soak while a client's request is on it (HAProxy's
+    count of sessions on its slot)."""
+    from ds4_converge.core.layout import Layout
+    from ds4_converge.service.front import slot_counters
+
+    before = box.status()["front"]["points_at"]
+    result: dict = {}
+
+    def run() -> None:
+        result["rc"], result["document"] = converge(box, "front.overlap=off", "health.soak_s=600",
+                                                    "server.env.DS4C_TEST_SETTING=crash")
+
+    switching = threading.Thread(target=run, daemon=True)
+    switching.start()
+    deadline = time.monotonic() + CONVERGE_TIMEOUT
+    flipped = None
+    while switching.is_alive() and time.monotonic() < deadline and flipped is None:
+        status = box.status()
+        points_at = status["front"]["points_at"]
+        if points_at and points_at != before and status["pid"]:
+            flipped = status
+        time.sleep(0.5)
+    assert flipped is not None, result
+    port = int(flipped["front"]["points_at"].rpartition(":")[2])
+    while switching.is_alive() and time.monotonic() < deadline:  # a request (seconds each here) is on it
+        found = slot_counters(Layout(box.root), "ds4", port)
+        if found is not None and found.in_flight:
+            break
+        time.sleep(0.05)
+    os.kill(flipped["pid"], signal.SIGKILL)
+    result["killed_with_requests_on_it"] = found.in_flight if found else 0
+    switching.join(CONVERGE_TIMEOUT)
+    return result
+
+
+@pytest.mark.timeout(2400)
 def test_a_front_door_keeps_a_real_client_whole_through_an_upgrade_a_restart_and_a_revert(box, tmp_path):
     """The real engine behind HAProxy: one client asks all the time through an upgrade (8d57664 → b030961), a
     restart (a setting changed) and a release that answers wrongly (reverted); it meets no failure and no wrong
     answer: the new engine loads beside the serving one (front.overlap auto; a CPU build shares the phantom's
     mapping, so two fit), clients move once it passed, and the bad release's candidate is stopped while last good
-    serves on."""
+    serves on. Then the held road (overlap off): clients reach the new engine after its smoke, it is killed during
+    its soak, and is reverted; the client meets no failure there either."""
     keys = tmp_path / "keys"
     keys.write_text(FRONT_KEY + "\n")
     keys.chmod(0o600)
@@ -315,8 +354,13 @@ def test_a_front_door_keeps_a_real_client_whole_through_an_upgrade_a_restart_and
         rc, reverted = converge(box, "engine.ref=wrong-answer")
         assert rc == 1 and reverted["reverted"], reverted
         assert serving(box)[1] == last_good, "the bad release's candidate went; last good never stopped"
+        crashed = crash_during_soak(box)
     finally:
         client.stop()
+    assert crashed["rc"] == 1 and crashed["document"]["reverted"], crashed
+    assert "crashed during the 600s soak" in crashed["document"]["error"], crashed["document"]["error"]
+    assert re.search(r"it had answered \d+ client request\(s\) since its smoke", crashed["document"]["error"])
+    assert crashed["killed_with_requests_on_it"] >= 1, crashed  # re-sent by HAProxy, held, answered by last good
     status = box.status()
     assert status["release"] == upgraded["release"] and status["front"]["up"], status
     assert status["front"]["points_at"] == status["endpoint"].removeprefix("http://"), status

@@ -22,7 +22,8 @@ from ds4_converge.facts import programs
 REVERT_POINTS = [p for p in POINTS if p.startswith("revert-")]
 ROLLBACK_POINTS = [p for p in POINTS if p.startswith("rollback-")]
 BESIDE_POINTS = [p for p in POINTS if p.startswith("beside-")]  # a front door's overlap switch
-UPGRADE_POINTS = [p for p in POINTS if p not in REVERT_POINTS + ROLLBACK_POINTS + BESIDE_POINTS]
+HELD_POINTS = [p for p in POINTS if p.startswith("held-")]  # a front door's held road, after its flip
+UPGRADE_POINTS = [p for p in POINTS if p not in REVERT_POINTS + ROLLBACK_POINTS + BESIDE_POINTS + HELD_POINTS]
 COLD_POINTS = ["intent", "program-written", "new-started"]
 
 
@@ -183,6 +184,30 @@ def test_a_run_killed_during_an_overlap_switch_recovers(front_crash_box, point):
     assert rc == 0 and document["ok"], document
     assert box.status()["release"] == document["release"] != box.baseline_release
     _invariants(box)
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")
+@pytest.mark.parametrize("point", HELD_POINTS)
+def test_a_run_killed_after_the_held_roads_flip_recovers(front_crash_box, point):
+    """front.overlap off: the run dies once clients were sent to the new engine, before its soak. The guard puts
+    last good back and points the front door at it; a re-run ends converged."""
+    box = front_crash_box
+    box.baseline["front"] = {**box.baseline["front"], "overlap": "off"}
+    try:
+        _crash_upgrading(box, "v0.3.0", point)
+        deadline = time.monotonic() + 30  # the guard sees the run gone, stops the new engine, starts last good
+        status = box.status()
+        while not (status["release"] == box.baseline_release and status["healthy"]
+                   and status["front"]["points_at"] == status["endpoint"].removeprefix("http://")):
+            assert time.monotonic() < deadline, status
+            time.sleep(0.5)
+            status = box.status()
+        rc, document = box.converge()
+        assert rc == 0 and document["ok"], document
+        assert box.status()["release"] == document["release"] != box.baseline_release
+        _invariants(box)
+    finally:
+        box.baseline["front"] = {**box.baseline["front"], "overlap": "auto"}
 
 
 @pytest.mark.parametrize("point", REVERT_POINTS)

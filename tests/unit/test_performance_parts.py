@@ -81,6 +81,38 @@ def test_an_idle_gpus_low_clock_is_no_slowdown():
     assert slow_reasons({"samples": [[idle]], "gpu_processes": []}) == []
 
 
+def test_rounds_that_meet_clients_requests_are_redone_and_one_that_never_finds_a_quiet_moment_is_named(monkeypatch):
+    from ds4_converge.health import bench
+
+    monkeypatch.setattr(bench, "QUIET_POLL_S", 0)
+    # (in flight, ever) as a front door counts them, one reading per call: a request arrives during the first
+    # round, the second round is quiet
+    readings = iter([(0, 5), (0, 6), (0, 6), (0, 6)])
+    alone = bench.Alone()
+    runs = []
+    assert bench.alone_round(lambda: runs.append(1) or len(runs), lambda: next(readings), alone, "512 x1 round 1") == 2
+    assert (alone.checked, alone.redone, alone.contaminated, len(alone.rounds)) == (True, 1, [], 1)
+    # clients all the time: redone REDO_ROUNDS times, then kept and named
+    busy = iter(range(1000))
+    alone = bench.Alone()
+    bench.alone_round(lambda: None, lambda: (0, next(busy)), alone, "512 x1 round 2")
+    assert alone.redone == bench.REDO_ROUNDS and alone.contaminated == ["512 x1 round 2"]
+    # no front door: nobody can tell, the round runs once and says so
+    alone = bench.Alone()
+    bench.alone_round(lambda: None, None, alone, "r")
+    assert not alone.checked and alone.redone == 0 and len(alone.rounds) == 1
+
+
+def test_the_gate_names_rounds_measured_under_clients_requests_in_a_pass_and_a_refusal():
+    baseline = gate.Baseline("r0", 20.0, ("512 x1 round 2",))
+    passed = gate.judge(19.5, Health(max_regression=0.1), None, baseline=baseline)
+    assert "not the engine alone: the baseline's 512 x1 round 2" in passed.message
+    with pytest.raises(gate.TooSlow, match="not the engine alone: the new engine's 512 x1 round 1"):
+        gate.judge(10.0, Health(max_regression=0.1), None, baseline=gate.Baseline("r0", 20.0),
+                   contaminated=("512 x1 round 1",))
+    assert "alone" not in gate.judge(19.5, Health(max_regression=0.1), None, baseline=gate.Baseline("r0", 20.0)).message
+
+
 def test_metrics_text_and_drain_report():
     text = ("# HELP ds4_requests_inflight Requests being generated.\n# TYPE ds4_requests_inflight gauge\n"
             "ds4_requests_inflight 2\nds4_queue_depth 1\nds4_requests_total{outcome=\"ok\"} 7\n")

@@ -63,3 +63,26 @@ def test_an_engine_that_dies_while_loading_is_noticed_at_once(loading_engine):
     with pytest.raises(Unhealthy, match=r"ds4-server exited \(exit status 1; supervisord: EXITED\)"):
         wait_healthy(target(30), watch)
     assert time.monotonic() - started < 0.3 + probe.SUPERVISOR_POLL_S / 2
+
+
+def test_an_engine_gone_before_supervisord_logged_its_exit_is_reported_as_a_crash():
+    """The port closes before supervisord writes `exited: …` to its log (its tick): the soak waits for the record
+    rather than call a killed engine one that "stopped answering"."""
+    import subprocess
+
+    from ds4_converge.health.probe import _exits_of
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    asked = []
+
+    class Watch:
+        def exits(self):
+            asked.append(1)
+            return ["terminated by SIGKILL"] if len(asked) > 3 else []
+
+    assert _exits_of(Watch(), gone.pid) == ["terminated by SIGKILL"]
+    asked.clear()
+    import os
+
+    assert _exits_of(Watch(), os.getpid()) == [] and len(asked) == 1  # alive: no waiting
