@@ -110,7 +110,10 @@ class EngineRepo:
         dest.mkdir(parents=True)
         archive = dest.parent / f".{dest.name}.tar"
         try:
-            git("-C", str(self.cache), "archive", "--format=tar", "-o", str(archive), commit, timeout=600)
+            # tar.umask: git writes 0664/0775 modes by default, which a root's extraction keeps where Python has
+            # no "tar" filter (before 3.11.4) and a release must not have (core/root_trust.py)
+            git("-C", str(self.cache), "-c", "tar.umask=0022", "archive", "--format=tar", "-o", str(archive), commit,
+                timeout=600)
             with tarfile.open(archive) as tar:
                 # the "tar" filter (no absolute paths, no links out of dest) exists from Python 3.11.4 on;
                 # git archive of our own cache writes neither, so older 3.11s extract without it

@@ -96,3 +96,30 @@ def test_a_hostile_repo_in_a_converge_is_refused_before_anything(box, tmp_path):
     proc = box.cli(str(box.spec_path))
     assert proc.returncode == 2 and "engine.repo: " in proc.stderr and "Traceback" not in proc.stderr
     assert not marker.exists() and not box.root.exists()
+
+
+def test_an_exported_tree_has_nothing_group_or_others_may_write_on_every_python(tmp_path, monkeypatch):
+    """git archive writes 0664/0775 modes; Python before 3.11.4 (Debian 12's 3.11.2) has no "tar" filter to clear
+    them, and a root's extraction keeps them: the release's trust check (core/root_trust.py) then refused every
+    build. Without the filter, as there, the tree still comes out 0644/0755."""
+    import subprocess
+    import tarfile
+
+    source = tmp_path / "src"
+    (source / "tools").mkdir(parents=True)
+    (source / "tools" / "run.sh").write_text("#!/bin/sh\n")
+    (source / "tools" / "run.sh").chmod(0o755)
+    (source / "Makefile").write_text("all:\n")
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@invalid", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@invalid", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    for argv in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "one"]):
+        subprocess.run(["git", "-C", str(source), *argv], check=True, env=env)
+    commit = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], check=True, env=env,
+                            capture_output=True, text=True).stdout.strip()
+    monkeypatch.delattr(tarfile, "tar_filter", raising=False)  # as on 3.11.2
+    repo = EngineRepo(str(source), tmp_path / "cache.git")
+    repo.fetch(commit)
+    repo.export(commit, tmp_path / "tree")
+    modes = {path.relative_to(tmp_path / "tree").as_posix(): path.stat().st_mode & 0o777
+             for path in (tmp_path / "tree").rglob("*")}
+    assert modes == {"Makefile": 0o644, "tools": 0o755, "tools/run.sh": 0o755}, modes
