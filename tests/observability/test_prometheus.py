@@ -24,12 +24,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from boxes import FRONT_KEY, REPO, Box, free_port, two_free_ports, with_front
 
+import prometheus_playbook
+
 NODE_EXPORTER = "prometheus-node-exporter"
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(tool) for tool in ("haproxy", "prometheus", NODE_EXPORTER)),
     reason="needs haproxy, prometheus and prometheus-node-exporter (Debian packages; .ci/system-deps.sh)")
 
-BIN = REPO / ".venv" / "bin"
 DASHBOARD = REPO / "roles" / "ds4_converge" / "files" / "grafana" / "ds4-converge-dashboard.json"
 QUESTION = {"model": "deepseek-chat", "max_tokens": 8, "messages": [{"role": "user", "content": "Capital of France?"}]}
 BOUND_S = 45  # every wait for Prometheus to see something: scrapes and rules run every second
@@ -48,20 +49,9 @@ def ports(box: Box, count: int) -> list[int]:
 
 def role_config(box: Box, directory: Path, node_port: int) -> Path:
     """prometheus.yml, the rules and the dashboard as the role writes them for an inventory of this one box."""
-    inventory = directory / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"sparks": {"hosts": {"spark1": {
-        "ansible_connection": "local", "ansible_host": "127.0.0.1", "ansible_python_interpreter": str(BIN / "python"),
-        "ds4_converge_node_exporter_port": node_port, "ds4_converge_spec": box.spec}}}}))
-    out = directory / "prometheus"
-    out.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_HOME=str(directory / "ansible"), ANSIBLE_LOCAL_TEMP=str(directory / "ansible" / "tmp"),
-               ANSIBLE_NOCOLOR="1")
-    run = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), "ds4.converge.prometheus",
-                          "-e", f"ds4_converge_prometheus_dir={out}", "-e", "ds4_converge_prometheus_scrape_interval=1s"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stdout + run.stderr
-    return out
+    return prometheus_playbook.run({"spark1": {"ansible_host": "127.0.0.1", "ds4_converge_node_exporter_port": node_port,
+                                               "ds4_converge_spec": box.spec}},
+                                   directory, "ds4_converge_prometheus_scrape_interval=1s")
 
 
 @contextlib.contextmanager

@@ -3,16 +3,14 @@ front door and one whose exporter listens on every address: a prometheus.yml pro
 and job, labelled with the box, and the rules and dashboard beside it. Ansible runs for real (a few seconds)."""
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 
 import pytest
 import yaml
 
-from boxes import REPO
+import prometheus_playbook
 
-BIN = REPO / ".venv" / "bin"
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")]
 
 HOSTS = {
@@ -25,19 +23,7 @@ HOSTS = {
 
 
 def test_a_scrape_job_per_source_a_target_per_box_each_labelled_with_its_box(tmp_path):
-    inventory = tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"sparks": {"hosts": {
-        name: {**values, "ansible_connection": "local", "ansible_python_interpreter": str(BIN / "python")}
-        for name, values in HOSTS.items()}}}))
-    out = tmp_path / "out"
-    out.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_HOME=str(tmp_path / "ansible"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible" / "tmp"),
-               ANSIBLE_NOCOLOR="1")
-    run = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), "ds4.converge.prometheus",
-                          "-e", f"ds4_converge_prometheus_dir={out}", "-e", "ds4_converge_haproxy_metrics=lb:8405"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stdout + run.stderr
+    out = prometheus_playbook.run(HOSTS, tmp_path, "ds4_converge_haproxy_metrics=lb:8405")
     assert sorted(p.name for p in out.iterdir()) == ["ds4-converge-dashboard.json", "ds4-converge-rules.yml",
                                                       "prometheus.yml"]
     checked = subprocess.run(["promtool", "check", "config", str(out / "prometheus.yml")], capture_output=True,
