@@ -55,6 +55,27 @@ def read(path: str | os.PathLike, limit: int, holds: str) -> bytes:
         os.close(fd)
 
 
+def read_tail(path: str | os.PathLike, limit: int) -> bytes:
+    """The last whole lines within `limit` bytes of a regular file that only grows (a log of records, appended to
+    by every run): a file over the bound is not refused but read from its end, its first cut line left out.
+    FileRefused for a special file, or OSError as raised by open."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileRefused(f"{kind_of(st.st_mode)}, not a regular file")
+        start = max(st.st_size - limit, 0)
+        os.lseek(fd, start, os.SEEK_SET)
+        chunks, size = [], 0
+        while size < limit and (chunk := os.read(fd, min(1 << 20, limit - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+        return data.split(b"\n", 1)[1] if start and b"\n" in data else data
+    finally:
+        os.close(fd)
+
+
 def load_json(data: bytes | str):
     """json.loads, whose parser recurses once per nesting level: a document nested a few thousand deep is a
     ValueError that says so, never a RecursionError (an internal error)."""

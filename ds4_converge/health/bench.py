@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
 
+from ds4_converge.core import bounded_file
 from ds4_converge.health.probe import check_models
 
 NEAR_CTX = "ctx"
@@ -376,16 +377,21 @@ def append(path: Path, record: dict) -> None:
         handle.write(json.dumps(record, sort_keys=True) + "\n")
 
 
+HISTORY_BYTES = 64 << 20  # the newest records of a results file every bench appends to (each a few KiB)
+
+
 def history(path: Path) -> list[dict]:
-    """Every record in the results file, oldest first; a torn last line (a run killed mid-write) is skipped."""
+    """The records of the results file, oldest first, as many as its last HISTORY_BYTES hold (it only grows); a
+    torn last line (a run killed mid-write) is skipped, and so is a special file."""
     try:
-        lines = path.read_text().splitlines()
+        lines = bounded_file.read_tail(path, HISTORY_BYTES).decode(
+            "utf-8", "replace").splitlines()
     except OSError:
         return []
     records = []
     for line in lines:
         try:
-            records.append(json.loads(line))
+            records.append(bounded_file.load_json(line))
         except ValueError:
             continue
     return records

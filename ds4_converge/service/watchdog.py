@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ds4_converge.core import bounded_file
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.lock import LockHeld, RunLock
 from ds4_converge.service import busy, exits
@@ -105,7 +106,7 @@ def write_settings(layout: Layout, settings: Settings | None) -> None:
 
 def read_settings(layout: Layout) -> Settings | None:
     try:
-        return Settings(**json.loads(settings_path(layout).read_text()))
+        return Settings(**bounded_file.read_json(settings_path(layout)))
     except (OSError, ValueError, TypeError):
         return None
 
@@ -261,22 +262,28 @@ def record(layout: Layout, incident: dict) -> None:
     """One line per incident, the newest KEEP_INCIDENTS kept."""
     path = incidents_path(layout)
     try:
-        lines = path.read_text().splitlines()[-(KEEP_INCIDENTS - 1):]
+        lines = _incident_lines(layout)[-(KEEP_INCIDENTS - 1):]
     except OSError:
         lines = []
     lines.append(json.dumps(incident))
     write_atomic(path, "\n".join(lines) + "\n")
 
 
+def _incident_lines(layout: Layout) -> list[str]:
+    """The incident log's lines (the tool writes at most KEEP_INCIDENTS short ones: read bounded, never a FIFO)."""
+    return bounded_file.read(incidents_path(layout), bounded_file.MAX_RECORD_BYTES, "the incident log").decode(
+        "utf-8", "replace").splitlines()
+
+
 def incidents(layout: Layout) -> list[dict]:
     try:
-        lines = incidents_path(layout).read_text().splitlines()
+        lines = _incident_lines(layout)
     except OSError:
         return []
     out = []
     for line in lines:
         try:
-            item = json.loads(line)
+            item = bounded_file.load_json(line)
         except ValueError:
             continue
         if isinstance(item, dict):

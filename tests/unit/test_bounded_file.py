@@ -54,3 +54,34 @@ def test_the_tools_own_records_read_a_planted_fifo_or_bomb_as_none(tmp_path, pla
     assert guard.read_intent(layout) == {"pid": 0, "start": None, "name": None}
     assert secrets._stored(layout) == {}
     assert PinCache(paths[3])._load() == {}
+
+
+@pytest.mark.parametrize("plant", ["fifo", "deep"])
+def test_the_watchdogs_settings_and_incident_log_read_a_planted_fifo_or_bomb_as_none(tmp_path, plant):
+    from ds4_converge.service import watchdog
+
+    layout = Layout(tmp_path / "root")
+    for path in (watchdog.settings_path(layout), watchdog.incidents_path(layout)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if plant == "fifo":
+            os.mkfifo(path)
+        else:
+            path.write_text("[" * 3000 + "]" * 3000 + "\n")
+    assert watchdog.read_settings(layout) is None
+    assert watchdog.incidents(layout) == []
+
+
+def test_a_growing_results_file_is_read_from_its_end_and_a_fifo_is_no_history(tmp_path, monkeypatch):
+    from ds4_converge.health import bench
+
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(f'{{"n": {n}}}\n' for n in range(1000)))
+    monkeypatch.setattr(bench, "HISTORY_BYTES", 100)  # ~10 of its 1000 lines
+    newest = bench.history(results)
+    assert newest and newest[-1] == {"n": 999} and len(newest) < 15
+    assert [r["n"] for r in newest] == list(range(1000 - len(newest), 1000))  # whole lines only, none cut
+    monkeypatch.setattr(bench, "HISTORY_BYTES", 1 << 20)
+    assert len(bench.history(results)) == 1000
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    assert bench.history(fifo) == []
