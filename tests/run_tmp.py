@@ -72,6 +72,7 @@ def _own_folder() -> Path | None:
     folder = REAL_TMP / f"{PREFIX}{os.getpid()}"
     shutil.rmtree(folder, ignore_errors=True)  # a folder of an earlier process with this PID
     folder.mkdir(mode=0o700)
+    folder.chmod(0o711)  # others may not list it, but may pass through: boxes.reachable_box is for another user
     os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(REAL_TMP))
     os.environ[ENV] = os.environ["TMPDIR"] = str(folder)
     tempfile.tempdir = None  # tempfile reads TMPDIR again

@@ -213,8 +213,8 @@ def test_a_local_model_that_does_not_exist_is_named_so(box, tmp_path):
     box.write()
     rc, document = box.converge("--check")
     assert rc == 1, document
-    assert document["error"].endswith(f"model.main: {tmp_path}/nowhere/model.gguf does not exist, and the spec gives "
-                                      "no source to download it from"), document["error"]
+    assert f"model.main: {tmp_path}/nowhere/model.gguf does not exist, and the spec gives no source to download it " \
+           "from (fix: put the file there, or give one: model.main: {source: hf://" in document["error"], document["error"]
     assert "not used" not in document["error"]
 
 
