@@ -77,14 +77,7 @@ def test_hangs_right_after_a_restart_are_restarted_as_fast_as_the_first_and_a_si
     (first,) = engine_pids(box.root)
     os.kill(first, signal.SIGSTOP)
     loading = _wait(lambda: next(iter(engine_pids(box.root) - {first}), None), bound, "the restarted engine")
-    os.kill(loading, signal.SIGSTOP)
-    try:
-        hung = time.monotonic()
-        second = _restarted_after(box, loading, 2, timeout=bound + LOAD_S)
-        assert time.monotonic() - hung - 1.5 < bound + LOAD_S
-    finally:
-        if loading in engine_pids(box.root):
-            os.kill(loading, signal.SIGCONT)
+    second = _stopped_until_restarted(box, loading, 2, within=bound + LOAD_S)
     first_incident = _incidents(box)[0]
     assert first_incident["pid"] == first and first_incident["new_pid"] == loading, first_incident
     assert "/v1/models did not answer within 1s" in first_incident["cause"], first_incident
@@ -92,14 +85,7 @@ def test_hangs_right_after_a_restart_are_restarted_as_fast_as_the_first_and_a_si
     assert "loading, and no progress" in second["cause"] and second["check"] == "/v1/models", second
 
     (pid,) = engine_pids(box.root)  # answering: _restarted_after waited for it
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        hung = time.monotonic()
-        third = _restarted_after(box, pid, 3, timeout=bound + LOAD_S)
-        assert time.monotonic() - hung - 1.5 < bound + LOAD_S
-    finally:
-        if pid in engine_pids(box.root):
-            os.kill(pid, signal.SIGCONT)
+    third = _stopped_until_restarted(box, pid, 3, within=bound + LOAD_S)
     assert third["cause"].startswith("2 checks failed in a row, the last: /v1/models did not answer"), third
 
     (pid,) = engine_pids(box.root)
@@ -132,3 +118,17 @@ def test_a_poisoned_engine_is_restarted(box):
     assert incident["cause"] == "2 checks failed in a row, the last: a one-token completion answered HTTP 500", \
         incident
     assert incident["check"] == "a one-token completion" and incident["timeout_s"] == 60, incident
+
+
+def _stopped_until_restarted(box, pid: int, count: int, within: float) -> dict:
+    """SIGSTOP the engine `pid`: the count-th incident, once a new engine answers within `within` s (the stopped
+    one is let go after, if it is still there)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        hung = time.monotonic()
+        incident = _restarted_after(box, pid, count, timeout=within)
+        assert time.monotonic() - hung - 1.5 < within
+        return incident
+    finally:
+        if pid in engine_pids(box.root):
+            os.kill(pid, signal.SIGCONT)
