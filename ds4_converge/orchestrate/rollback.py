@@ -25,6 +25,11 @@ def rollback(ctx: Context) -> Outcome:
         switch.roll_back_to(ctx, target)
         pid = wait_healthy(probe.target(ctx), probe.process_state(ctx))
         switch.expose(ctx, target)  # proven: clients reach it (a front door points at its slot)
+        state.bless(target)
+        state.save(ctx.layout.state_file)
+        # before the guard stands down: until then the watchdog leaves the box to this run; after, it must ask the
+        # engine that serves now (a front door's other slot), never the one this rollback stopped
+        switch.watch_last_good(ctx)
     except Unhealthy as exc:
         return Outcome(ok=False, release=target.release, error=f"rollback: {target.release} is not healthy: {exc}",
                        detail=exc.detail, results=[RoleResult("rollback", "failed", str(exc))])
@@ -33,8 +38,5 @@ def rollback(ctx: Context) -> Outcome:
                        results=[RoleResult("rollback", "failed", str(exc))])
     finally:
         switch.settle(ctx)  # settled either way: the report says what runs
-    state.bless(target)
-    state.save(ctx.layout.state_file)
-    switch.watch_last_good(ctx)  # the watchdog asks the engine that serves now (a front door's other slot, say)
     return Outcome(ok=True, release=target.release, endpoint=target.endpoint,
                    results=[RoleResult("rollback", "changed", f"back on {target.release} (pid {pid})")])

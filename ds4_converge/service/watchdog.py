@@ -184,6 +184,12 @@ class Tracker:
         self.loading_until = now + settings.deadline_s
         return delay
 
+    def left_to_a_run(self) -> None:
+        """A restart was due while a run owned the box (its lock, a switch in flight): what failed meanwhile was
+        that run's switch, not this engine's health. The count starts again after it; a stale count would restart
+        the engine the run just proved at the first look after it."""
+        self.failures, self.last_failure = 0, None
+
     def completion_due(self, settings: Settings, now: float) -> bool:
         return bool(settings.completion_every_s) and now - self.last_completion >= settings.completion_every_s
 
@@ -396,7 +402,8 @@ def last_spawned(layout: Layout, name: str) -> int | None:
 
 def restart(layout: Layout, settings: Settings, supervisor, cause: str, last_pid: int | None = None,
             details: dict | None = None) -> dict | None:
-    """Restart under the run lock; None when a run owns the box now (the lock is held, a switch is in flight).
+    """Restart under the run lock; None when a run owns the box now (the lock is held, a switch is in flight) or
+    owned it since the look (watch.json changed: the engine judged is not the one that serves).
     Between the stop and the start, the memory the engine needs must be back (as a switch waits for it):
     otherwise the engine stays stopped and the incident says so ("not restarted")."""
     from ds4_converge.core.plan import RoleFailed
@@ -409,6 +416,8 @@ def restart(layout: Layout, settings: Settings, supervisor, cause: str, last_pid
         return None
     with lock:
         if guard.read_intent(layout) is not None:
+            return None
+        if read_settings(layout) != settings:  # a run committed another engine since this look: judged stale
             return None
         before = supervisor.info(settings.name) or {}
         # an exited engine has no PID in supervisord any more: the one last seen running, or last spawned
@@ -522,6 +531,7 @@ class Watch:
             details = self.tracker.last_failure.fields()
         incident = restart(self.layout, settings, self.supervisor, cause, self.last_pid, details)
         if incident is None:
+            self.tracker.left_to_a_run()
             _log(f"{cause}; a converge run owns the box now: not restarting")
             return
         delay = self.tracker.restarted(settings, self.clock(), started=incident["action"] != "not restarted")

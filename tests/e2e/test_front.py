@@ -548,7 +548,10 @@ def test_after_a_rollback_to_the_other_slot_the_watchdog_watches_the_engine_that
         assert watched["endpoint"] == status["endpoint"], (watched, status)
         time.sleep(3)  # ten of the watchdog's intervals: a stale watch would have restarted the engine by now
         later = box.status()
-        assert later["pid"] == status["pid"] and later["healthy"], (later, status)
+        incidents = box.root / "logs" / "incidents.jsonl"
+        assert later["pid"] == status["pid"] and later["healthy"], (
+            later.get("error"), later["watchdog"], status.get("error"),
+            incidents.read_text() if incidents.exists() else "no incidents file")
         assert later["watchdog"]["incidents"] == 0, later["watchdog"]
     finally:
         box.stop()

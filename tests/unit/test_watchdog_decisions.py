@@ -133,3 +133,31 @@ def test_a_check_failed_while_loading_counts_only_when_the_load_does_not_progres
     assert stuck.outcome == "failed" and stuck.check == "/v1/models", stuck
     assert stuck.why == ("/v1/models: ConnectionRefusedError: [Errno 111] Connection refused; loading, and no "
                          "progress (CPU time, log, bytes sent) in the last 2 s"), stuck
+
+
+def test_failures_seen_while_a_run_owned_the_box_never_count_after_it():
+    """A rollback stops the engine the watchdog watches: its looks fail while the run owns the box (no restart then).
+    Counted on after the run, the first look that failed (the settings not yet rewritten) restarted the engine the
+    run had just proven (CI found it)."""
+    t = Tracker()
+    assert t.observe(S, 0, "RUNNING", failed("refused")) is None
+    assert t.observe(S, 10, "RUNNING", failed("refused")) is None
+    assert t.observe(S, 20, "RUNNING", failed("refused")) is not None  # due, but the run's lock refuses it
+    t.left_to_a_run()
+    assert t.observe(S, 30, "RUNNING", failed("refused")) is None  # one failure after the run, not the fourth
+    assert t.failures == 1 and t.last_failure.why == "refused"
+
+
+def test_a_restart_judged_on_settings_a_run_has_since_replaced_is_not_done(tmp_path):
+    """The look read watch.json before a rollback rewrote it (the engine moved to the other slot) and asked the slot
+    it left; by the time the restart got the run lock the run was over. The engine that serves now was judged by
+    nobody: no restart (the supervisor is never asked: None here would raise)."""
+    from ds4_converge.core.layout import Layout
+    from ds4_converge.service.watchdog import restart, write_settings
+
+    layout = Layout(tmp_path / "root")
+    layout.run.mkdir(parents=True)
+    layout.logs.mkdir(parents=True)
+    write_settings(layout, Settings(**{**S.__dict__, "endpoint": "http://127.0.0.1:2"}))  # the rollback's
+    assert restart(layout, S, None, "2 checks failed in a row, the last: refused") is None
+    assert not (layout.logs / "incidents.jsonl").exists()
