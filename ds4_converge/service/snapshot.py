@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
-from urllib.parse import urlsplit
 
 from ds4_converge.core import bounded_file
 from ds4_converge.core.layout import Layout
@@ -220,10 +219,3 @@ def _leftovers(supervisor: Supervisor) -> tuple[int, ...]:
     except Exception:  # noqa: BLE001 - a /proc walk that fails finds nothing to report
         return ()
 
-
-def endpoint_port(endpoint: str | None) -> int | None:
-    """The port of an engine's endpoint URL (the watchdog's: what it asks)."""
-    try:
-        return urlsplit(endpoint).port if endpoint else None
-    except ValueError:
-        return None
