@@ -89,8 +89,9 @@ def _health(ctx, now) -> tuple[bool, str | None]:
     return True, None
 
 
-def front_status(ctx, now=None) -> dict | None:
-    """Where the front door is, where it points, whether it is up; None without one."""
+def front_status(ctx, now) -> dict | None:
+    """Where the front door is, where it points, whether it is up (`now`: a snapshot read with the front door);
+    None without one."""
     if ctx.spec.front is None:
         return None
     from ds4_converge.service import front

@@ -426,18 +426,16 @@ def unsupervised_pid(ctx: Context) -> int | None:
     return min(masters or found, default=None)
 
 
-def describe(ctx: Context, now=None) -> dict:
+def describe(ctx: Context, now) -> dict:
     """For `status`: where the front door is, where it points, whether it is up, which release each slot serves.
-    `now`: what serves, as service/snapshot.py read it with the front door (else it is read here)."""
-    from ds4_converge.service import snapshot
-
+    `now`: what serves, as service/snapshot.py read it with the front door (a Snapshot: not imported here, the
+    snapshot reads the front door through this module)."""
     found = {"url": public_url(ctx), "points_at": None, "up": False,
              "metrics": f"http://{ctx.spec.front.metrics}/metrics" if ctx.spec.front.metrics else None,
              "problem": None, "slots": slot_map(ctx)}
-    now = now or snapshot.read(ctx.layout, ctx.supervisor, ctx.spec, ctx.state)
     if now.unknown is not None:
         return {**found, "problem": f"HAProxy's admin socket: {now.error or now.unknown}"}
-    if now.front.state not in snapshot.SERVING:
+    if not now.front.runs:
         # supervisord killed: its HAProxy serves on, unsupervised, until the next run replaces it
         try:
             orphan = unsupervised_pid(ctx)

@@ -48,8 +48,14 @@ class Program:
     info: Mapping | None = field(default=None, repr=False, compare=False)  # supervisord's getProcessInfo
 
     @property
+    def runs(self) -> bool:
+        """supervisord runs it, or is starting it (STARTING until its startsecs passed)."""
+        return self.state in SERVING
+
+    @property
     def serves(self) -> bool:
-        return self.state in SERVING and bool(self.pid)
+        """It runs, with a PID: what a client of this root reaches (an engine) or a reader may ask."""
+        return self.runs and bool(self.pid)
 
     @property
     def log(self) -> str | None:
