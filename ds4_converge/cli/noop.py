@@ -126,13 +126,13 @@ def _record(session, ctx, document: dict, facts_at: float) -> None:
     from ds4_converge.service.guard import intent_path
     from ds4_converge.service.systemd import unit_path
 
-    serving = session.serving()
+    now = session.snapshot()  # what serves (service/snapshot.py): the receipt records the processes it names
     layout, name = ctx.layout, ctx.spec.server.name
     try:
         supervisord = int(layout.supervisord_pid.read_text().strip())
     except (OSError, ValueError):
         return
-    if not serving["pid"]:
+    if now is None or not now.engine.pid:
         return
     release = layout.releases / current.release
     files = [layout.state_file, layout.supervisord_conf, layout.program_conf(name), intent_path(layout),
@@ -141,14 +141,13 @@ def _record(session, ctx, document: dict, facts_at: float) -> None:
              *(arg for arg in current.command if arg.startswith(f"{release}/"))]  # ds4-server
     if ctx.spec.engine.installer:
         files.append(ctx.host_path(ctx.spec.engine.installer))
-    running = {"supervisord": supervisord, name: serving["pid"]}
+    running = {"supervisord": supervisord, name: now.engine.pid}
     if ctx.spec.front is not None:  # the front door's config, the files it reads, and HAProxy itself
         from ds4_converge.service import front
 
-        info = ctx.supervisor.info(front.PROGRAM)
-        if not info or info["statename"] != "RUNNING":
+        if now.front.state != "RUNNING":
             return
-        running[front.PROGRAM] = info["pid"]
+        running[front.PROGRAM] = now.front.pid
         tls = ctx.spec.front.tls
         files += [front.config_path(layout), ctx.host_path(ctx.spec.front.keys),
                   *([ctx.host_path(tls.cert), ctx.host_path(tls.key)] if tls else [])]

@@ -103,12 +103,14 @@ def finish(session, command: str, outcome, code: int, *, check: bool, switch: di
     from ds4_converge.cli.service_commands import front_status
     from ds4_converge.core import interrupts
 
+    fronted = bool(session.ctx and session.ctx.spec.front and not check)
+    now = session.snapshot(front=fronted)  # what serves after the run, read once (service/snapshot.py)
     document = report.document(
-        command, ok=outcome.ok, exit_code=code, error=outcome.error, **session.serving_fields(),
+        command, ok=outcome.ok, exit_code=code, error=outcome.error, **session.serving_fields(now),
         aborted="interrupted" if interrupts.received() and not outcome.ok else None,
         changed=outcome.changed, reverted=outcome.reverted, check=check, detail=outcome.detail or None,
         roles=[r.to_json() for r in outcome.results], switch=switch,
-        **({"front": front_status(session.ctx)} if session.ctx and session.ctx.spec.front and not check else {}))
+        **({"front": front_status(session.ctx, now)} if fronted else {}))
     session.document = document
     if not check:
         session.record_run(document)

@@ -21,54 +21,23 @@ def status(args, session) -> int:
     from ds4_converge.cli import fleet_facts, report
 
     ctx = session.context()
-    serving = session.serving()
-    state = ctx.state
-    never = state.current is None and not state.good and serving["pid"] is None
-    part = ctx.spec.distributed
-    healthy, error, stopped = False, None, False
-    if serving["state"] == "unknown" and session.serving_unknown:
-        never, code, error = False, FAILED, f"cannot tell what runs: {session.unknown_words()}"
-    elif never:
-        code, error = NEVER_CONVERGED, f"never converged under {ctx.layout.root}"
-    elif serving["release"] is None and (left := ctx.supervisor.leftovers()):
-        code, error = FAILED, (f"supervisord of {ctx.layout.root} is gone, but what it started still runs "
-                               f"unsupervised (pid {', '.join(map(str, left))}): the next run replaces it, "
-                               f"`ds4-converge stop` stops it")
-    elif serving["release"] is None and _stopped_on_purpose(session.last_run()):
-        from ds4_converge.tool_command import tool_command
-
-        stopped = True
-        code, error = FAILED, (f"stopped on purpose by `ds4-converge stop` at {session.last_run()['finished_at']}; "
-                               f"start it again with: {tool_command()} {args.spec}")
-    elif serving["release"] is None:
-        code, error = FAILED, ("nothing runs" if serving["state"] in ("not running", "STOPPED")
-                               else f"the engine is {serving['state']}")
-    elif part is not None and part.worker:
-        from ds4_converge.health.worker import judge
-
-        problem = judge(_worker_state(ctx, part))
-        healthy = problem is None
-        code, error = (OK, None) if healthy else (FAILED, f"the worker is not healthy: {problem}")
-    else:
-        from ds4_converge.health.probe import NotReady, Unhealthy, check_models, check_route
-
-        try:
-            check_models(serving["endpoint"], timeout=5)
-            if part is not None:  # a coordinator answers /v1/models without its workers: ask what a client meets
-                check_route(serving["endpoint"], timeout=30)
-            healthy, code = True, OK
-        except (NotReady, Unhealthy) as exc:
-            code, error = FAILED, f"{serving['endpoint']} does not answer right: {exc}"
-    distributed = _distributed_status(ctx, part, running=serving["pid"] is not None) if part else None
-    last_good = state.last_good
+    now = session.snapshot(front=True)  # what serves, read once (service/snapshot.py): every line below reads it
+    last_run, part = session.last_run(), ctx.spec.distributed
+    standing = now.standing(last_run)
+    healthy, error = _health(ctx, now) if standing == "serves" else (False, _not_serving(args, now, standing,
+                                                                                        session, last_run))
+    code = OK if healthy else NEVER_CONVERGED if standing == "never" else FAILED
+    distributed = _distributed_status(ctx, part, running=now.engine.pid is not None) if part else None
+    last_good = now.last_good
     document = report.document(
-        "status", ok=healthy, exit_code=code, error=error, **session.serving_fields(), healthy=healthy, never_converged=never, state=serving["state"], pid=serving["pid"],
-        uptime_s=serving["uptime_s"], last_good=last_good.release if last_good else None,
-        last_good_at=last_good.recorded_at if last_good else None, last_run=session.last_run(),
-        last_revert=fleet_facts.last_revert(ctx.layout.logs), last_bench=fleet_facts.last_bench(ctx.layout.bench_results),
-        watchdog=fleet_facts.watchdog_summary(ctx.layout.root),
+        "status", ok=healthy, exit_code=code, error=error, **session.serving_fields(now), healthy=healthy,
+        never_converged=standing == "never", state=now.state_words(), pid=now.engine.pid,
+        uptime_s=now.engine.uptime_s, last_good=last_good.release if last_good else None,
+        last_good_at=last_good.recorded_at if last_good else None, last_run=last_run,
+        last_revert=fleet_facts.last_revert(ctx.layout.logs),
+        last_bench=fleet_facts.last_bench(ctx.layout.bench_results), watchdog=fleet_facts.watchdog_summary(ctx.layout.root),
         name=ctx.spec.server.name, root=str(ctx.layout.root), spec=str(args.spec), distributed=distributed,
-        front=front_status(ctx), stopped=stopped)
+        front=front_status(ctx, now), stopped=standing == "stopped")
     if ctx.layout.root.is_dir():
         fleet_facts.after_run(ctx.layout.root, document, healthy=healthy)
     if session.json:
@@ -81,17 +50,53 @@ def status(args, session) -> int:
     return code
 
 
-def _stopped_on_purpose(last_run: dict | None) -> bool:
-    return bool(last_run) and last_run["command"] == "stop" and last_run["ok"]
+def _not_serving(args, now, standing: str, session, last_run: dict | None) -> str:
+    """Why nothing serves, in words, for each standing of the snapshot but "serves"."""
+    root = now.root
+    if standing == "unknown":
+        return f"cannot tell what runs: {session.unknown_words()}"
+    if standing == "never":
+        return f"never converged under {root}"
+    if standing == "unsupervised":
+        return (f"supervisord of {root} is gone, but what it started still runs unsupervised (pid "
+                f"{', '.join(map(str, now.leftovers))}): the next run replaces it, `ds4-converge stop` stops it")
+    if standing == "stopped":
+        from ds4_converge.tool_command import tool_command
+
+        return (f"stopped on purpose by `ds4-converge stop` at {last_run['finished_at']}; "
+                f"start it again with: {tool_command()} {args.spec}")
+    return "nothing runs" if now.state_words() in ("not running", "STOPPED") else f"the engine is {now.state_words()}"
 
 
-def front_status(ctx) -> dict | None:
-    """Where the front door is, where it points, whether it is up; None without one."""
+def _health(ctx, now) -> tuple[bool, str | None]:
+    """The engine that serves, as its probe judges it: a worker by its log and data port, else /v1/models (and a
+    coordinator's route: it answers /v1/models without its workers)."""
+    part = ctx.spec.distributed
+    if part is not None and part.worker:
+        from ds4_converge.health.worker import judge
+
+        problem = judge(_worker_state(ctx, part))
+        return problem is None, problem and f"the worker is not healthy: {problem}"
+    from ds4_converge.health.probe import NotReady, Unhealthy, check_models, check_route
+
+    endpoint = now.endpoint()
+    try:
+        check_models(endpoint, timeout=5)
+        if part is not None:
+            check_route(endpoint, timeout=30)
+    except (NotReady, Unhealthy) as exc:
+        return False, f"{endpoint} does not answer right: {exc}"
+    return True, None
+
+
+def front_status(ctx, now) -> dict | None:
+    """Where the front door is, where it points, whether it is up (`now`: a snapshot read with the front door);
+    None without one."""
     if ctx.spec.front is None:
         return None
     from ds4_converge.service import front
 
-    return front.describe(ctx)
+    return front.describe(ctx, now)
 
 
 LOG_TAIL_BYTES = 256 * 1024  # a worker logs a connection line every ~6 s: the last one is always in here

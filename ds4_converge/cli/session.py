@@ -108,44 +108,34 @@ class Session:
 
     # ------------------------------------------------------------------ what serves now
 
-    def serving(self) -> dict:
-        """{"release", "endpoint", "state", "pid", "uptime_s"} of this root's engine as supervisord runs it now.
+    def snapshot(self, *, front: bool = False):
+        """What serves under this root now (service/snapshot.py: the one reader of it), read anew (`front`: with
+        the front door's slot); None before there is a Context. Never raises: a report about a failure must still
+        be written when supervisord cannot be asked, and once it could not, it is not asked again (a stopped
+        supervisord would cost the same bound again)."""
+        from ds4_converge.service import snapshot
 
-        `release` is what we last started, counted only while its process runs (or starts): what serves now.
-        Never raises: a report about a failure must still be written when supervisord cannot be asked.
-        """
-        found = {"release": None, "endpoint": None, "state": "not running", "pid": None, "uptime_s": None}
         ctx = self.ctx
         if ctx is None:
-            return found
-        if self.serving_unknown:  # asking again would wait out the same bound again (a stopped supervisord)
-            return {**found, "state": "unknown"}
-        try:
-            supervisor = ctx.supervisor
-            info = supervisor.info(ctx.spec.server.name) if supervisor.is_running() else None
-        except PermissionError as exc:  # a root this user may not look into: "unknown", and why in words
-            self.serving_unknown = permission_words(exc, advice=False)
-            return {**found, "state": "unknown"}
-        except Exception as exc:  # noqa: BLE001 - supervisord half-up, unreadable socket: "unknown" is the answer
-            self.serving_unknown = str(exc) or type(exc).__name__
-            return {**found, "state": "unknown"}
-        if info is None:
-            return found
-        found["state"] = info["statename"]
-        current = ctx.state.current
-        if info["statename"] in ("RUNNING", "STARTING") and info["pid"]:
-            found["pid"] = info["pid"]
-            found["uptime_s"] = max(0, int(info["now"] - info["start"]))
-            if current is not None:
-                found["release"], found["endpoint"] = current.release, current.endpoint
-        return found
+            return None
+        if self.serving_unknown:
+            return snapshot.unknown(ctx.spec.server.name, self.serving_unknown, root=ctx.layout.root,
+                                    state=ctx.state)
+        now = snapshot.read(ctx.layout, ctx.supervisor, ctx.spec, ctx.state, settle=SUPERVISORD_SETTLE_S,
+                            front=front)
+        if now.unknown is not None:  # a root this user may not look into: why, in words
+            denied = isinstance(now.error, PermissionError)
+            self.serving_unknown = permission_words(now.error, advice=False) if denied else now.unknown
+        return now
 
-    def serving_fields(self) -> dict:
-        """A document's release and endpoint; with `serving_unknown` when supervisord could not be asked, so that
-        null reads "cannot tell", never "nothing"."""
-        serving = self.serving()
-        fields = {"release": serving["release"], "endpoint": serving["endpoint"]}
-        if serving["state"] == "unknown":
+    def serving_fields(self, now=None) -> dict:
+        """A document's release and endpoint (of `now`, else of a snapshot read now); with `serving_unknown` when
+        supervisord could not be asked, so that null reads "cannot tell", never "nothing"."""
+        now = now or self.snapshot()
+        if now is None:
+            return {"release": None, "endpoint": None}
+        fields = {"release": now.release(), "endpoint": now.endpoint()}
+        if now.unknown is not None:
             fields["serving_unknown"] = self.unknown_words()
         return fields
 
@@ -195,6 +185,9 @@ class Session:
         except (OSError, ValueError, AttributeError):
             return None
         return record if isinstance(record, dict) and {"command", "ok", "finished_at"} <= set(record) else None
+
+
+SUPERVISORD_SETTLE_S = 30  # a reloading supervisord is waited for (Supervisor.is_running's own bound)
 
 
 class _Lock:

@@ -426,25 +426,27 @@ def unsupervised_pid(ctx: Context) -> int | None:
     return min(masters or found, default=None)
 
 
-def describe(ctx: Context) -> dict:
-    """For `status`: where the front door is, where it points, whether it is up, which release each slot serves."""
+def describe(ctx: Context, now) -> dict:
+    """For `status`: where the front door is, where it points, whether it is up, which release each slot serves.
+    `now`: what serves, as service/snapshot.py read it with the front door (a Snapshot: not imported here, the
+    snapshot reads the front door through this module)."""
     found = {"url": public_url(ctx), "points_at": None, "up": False,
              "metrics": f"http://{ctx.spec.front.metrics}/metrics" if ctx.spec.front.metrics else None,
              "problem": None, "slots": slot_map(ctx)}
-    try:
-        if not running(ctx):
-            # supervisord killed: its HAProxy serves on, unsupervised, until the next run replaces it
+    if now.unknown is not None:
+        return {**found, "problem": f"HAProxy's admin socket: {now.error or now.unknown}"}
+    if not now.front.runs:
+        # supervisord killed: its HAProxy serves on, unsupervised, until the next run replaces it
+        try:
             orphan = unsupervised_pid(ctx)
-            if orphan is None:
-                return {**found, "problem": "HAProxy does not run"}
-            found["unsupervised_pid"] = orphan
-        live = [srv["port"] for server, srv in servers(ctx.layout, ctx.spec.server.name).items()
-                if srv["up"] and server != HOLD]
-    except AdminTimeout as exc:
-        return {**found, "problem": str(not_answering(ctx, exc))}
-    except (OSError, Ds4Error) as exc:
-        return {**found, "problem": f"HAProxy's admin socket: {exc}"}
-    found.update(up=True, points_at=f"127.0.0.1:{live[0]}" if live else None)
+        except (OSError, Ds4Error) as exc:
+            return {**found, "problem": f"HAProxy's admin socket: {exc}"}
+        if orphan is None:
+            return {**found, "problem": "HAProxy does not run"}
+        found["unsupervised_pid"] = orphan
+    if now.front_servers is None:
+        return {**found, "problem": now.front_problem}
+    found.update(up=True, points_at=f"127.0.0.1:{now.points_at}" if now.points_at else None)
     return found
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.lock import LockHeld, RunLock
 from ds4_converge.core.state import Deployment, State, StateUnreadable
-from ds4_converge.service import processes, secrets
+from ds4_converge.service import processes, resident, secrets
 from ds4_converge.service.supervisor import Supervisor, this_python
 from ds4_converge.core import bounded_file
 
@@ -201,18 +201,11 @@ def record_outcome(layout: Layout, intent: dict, restored: str) -> None:
 TEXTFILE_TIMEOUT_S = 60
 
 
-def _log(message: str) -> None:
-    print(f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} {message}", flush=True)
+_log = resident.log
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        sys.stderr.write("usage: python -m ds4_converge.service.guard ROOT\n")
-        return 2
-    layout = Layout(Path(argv[0]))
-    _log(f"watching {intent_path(layout)}")
-    watch(layout)
-    return 0
+    return resident.main(argv, "ds4_converge.service.guard", watch, lambda layout: f"watching {intent_path(layout)}")
 
 
 if __name__ == "__main__":

@@ -29,8 +29,7 @@ from ds4_converge.core.state import Deployment
 from ds4_converge.engine.release import prune
 from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.errors import Ds4Error
-from ds4_converge.service import drain, front, guard, memory_back, secrets, start_log, watchdog
-from ds4_converge.service.render import read_program_conf
+from ds4_converge.service import drain, front, guard, memory_back, secrets, snapshot, start_log, watchdog
 
 MODEL_ID = load_knowledge()["model_id"]
 
@@ -449,17 +448,5 @@ def expose(ctx: Context, deployment: Deployment) -> None:
 
 
 def serving(ctx: Context) -> str:
-    """What runs under this root right now, in words, for a report after things went wrong."""
-    name = ctx.spec.server.name
-    try:
-        info = ctx.supervisor.info(name) if ctx.supervisor.is_running(settle=5) else None
-    except Exception as exc:  # noqa: BLE001 - we are reporting on a failure: never fail the report
-        return f"unknown (supervisord: {exc})"
-    if not info or info["statename"] not in ("RUNNING", "STARTING"):
-        return "nothing"
-    try:
-        release = read_program_conf(ctx.layout.program_conf(name).read_text())[0]
-    except OSError:
-        release = None
-    state = "" if info["statename"] == "RUNNING" else f", {info['statename'].lower()}"
-    return f"{name} (pid {info['pid']}{state}) on release {release or 'unknown'}"
+    """What runs under this root right now, in words, for a report after things went wrong (service/snapshot.py)."""
+    return snapshot.read(ctx.layout, ctx.supervisor, ctx.spec, ctx.state, front=False).serving_words()

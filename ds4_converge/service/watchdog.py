@@ -39,13 +39,16 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ds4_converge.core import bounded_file
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.lock import LockHeld, RunLock
-from ds4_converge.service import busy, exits
+from ds4_converge.service import busy, exits, resident
+
+if TYPE_CHECKING:
+    from ds4_converge.service.snapshot import Snapshot
 
 WATCHDOG = "ds4c.watchdog"  # a name server.name cannot take (it allows no '.')
 RESTART_GRACE_S = 5  # an engine that does not answer has nothing to drain (service.switch.UNPROVEN_STOP_GRACE_S)
@@ -86,6 +89,13 @@ class Settings:
         return cls(name=spec.server.name, endpoint=endpoint, model=model, interval_s=w.interval_s,
                    completion_every_s=w.completion_every_s, failures=w.failures, backoff_max_s=w.backoff_max_s,
                    deadline_s=spec.health.deadline_s, memory_needed=memory_needed, memory_back_s=memory_back_s)
+
+    @property
+    def port(self) -> int | None:
+        """The engine's own port: what the watchdog asks, and its slot at the front door."""
+        from urllib.parse import urlsplit
+
+        return urlsplit(self.endpoint).port
 
     @property
     def models_timeout_s(self) -> float:
@@ -318,57 +328,23 @@ def incident_words(incident: dict) -> str:
 # --------------------------------------------------------------------------------- what serves, read once a look
 
 
-@dataclass(frozen=True)
-class Serving:
-    """What serves under this root, as one look reads it (supervisord, the front door). The one place the
-    watchdog reads it: a shared snapshot of what serves (issue 37) can take its place."""
-    state: str                 # supervisord's statename ("UNKNOWN": supervisord does not answer)
-    info: dict | None          # supervisord's getProcessInfo
-    pid: int | None
-    port: int | None           # the engine's own port (what the watchdog asks)
-    log: Path | None           # the engine's log (supervisord's stdout_logfile)
-    front_slot: str | None     # the front door's server that sends clients to this port, when there is one
+def serving(layout: Layout, settings: Settings, supervisor) -> Snapshot:
+    """What serves under this root, as one look reads it (service/snapshot.py: supervisord, the front door)."""
+    from ds4_converge.service import snapshot  # here: status and the fleet textfile import this module lean
 
-    def front_stat(self, layout: Layout, name: str):
-        """A reader of the front door's counters for this slot (None: no front door)."""
-        if self.front_slot is None:
-            return None
-        from ds4_converge.service import front
-
-        return lambda: busy.parse_front_stat(front.admin(layout, "show stat"), f"{name}-engine", self.front_slot)
+    return snapshot.read_named(layout, supervisor, settings.name, settle=1)
 
 
-def serving(layout: Layout, settings: Settings, supervisor) -> Serving:
-    from urllib.parse import urlsplit
-
-    info = supervisor.info(settings.name) if supervisor.is_running(settle=1) else None
-    port = urlsplit(settings.endpoint).port
-    log = Path(info["stdout_logfile"]) if info and info.get("stdout_logfile") else None
-    return Serving(state=info["statename"] if info else "UNKNOWN", info=info, pid=(info or {}).get("pid") or None,
-                   port=port, log=log, front_slot=_front_slot(layout, settings, port))
-
-
-def _front_slot(layout: Layout, settings: Settings, port: int | None) -> str | None:
-    from ds4_converge.service import front
-
-    if port is None or not front.admin_socket(layout).exists():
-        return None
-    try:
-        return next((server for server, found in front.servers(layout, settings.name).items()
-                     if server != front.HOLD and found["port"] == port), None)
-    except OSError:
-        return None
+def engine_state(now: Snapshot) -> str:
+    """supervisord's statename of the watched engine ("UNKNOWN": supervisord does not answer or knows no such
+    program)."""
+    return now.engine.state or "UNKNOWN"
 
 
 # --------------------------------------------------------------------------------- the loop
 
 
-def _now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _log(message: str) -> None:
-    print(f"{_now_iso()} {message}", flush=True)
+_now_iso, _log = resident.now_iso, resident.log
 
 
 def exit_record(layout: Layout, info: dict, pid: int | None) -> dict:
@@ -458,14 +434,25 @@ class Watch:
         # the engine was just proven: its first completion is due one completion_every_s from now
         self.settings, self.tracker, self.sample = settings, Tracker(last_completion=self.clock()), None
 
-    def progress(self, now: Serving) -> busy.Judgement:
+    def progress(self, now: Snapshot) -> busy.Judgement:
         """What the engine did since the last sample (requests in flight, progress)."""
-        after = busy.sample(self.clock(), now.pid, now.port, now.log, now.front_stat(self.layout, self.settings.name))
+        port, log = self.settings.port, now.engine.log
+        after = busy.sample(self.clock(), now.engine.pid, port, Path(log) if log else None,
+                            self.front_stat(now.slot_of(port)))
         judgement = busy.judge(self.sample, after)
         self.sample = after
         return judgement
 
-    def look(self, now: Serving, at: float) -> Finding:
+    def front_stat(self, slot: str | None):
+        """A reader of the front door's counters for the engine's slot (None: no front door in front of it)."""
+        if slot is None:
+            return None
+        from ds4_converge.service import front
+
+        name = self.settings.name
+        return lambda: busy.parse_front_stat(front.admin(self.layout, "show stat"), f"{name}-engine", slot)
+
+    def look(self, now: Snapshot, at: float) -> Finding:
         """Ask the engine, and judge what did not answer by its progress."""
         settings, tracker = self.settings, self.tracker
         judgement = self.progress(now)  # before asking: our own check is not a request in flight
@@ -515,16 +502,17 @@ class Watch:
             return
         at = self.clock()
         now = serving(self.layout, settings, self.supervisor)
-        self.last_pid = now.pid or self.last_pid
+        state, info = engine_state(now), now.engine.info
+        self.last_pid = (info or {}).get("pid") or self.last_pid
         finding, details, exit_words = UNASKED, {}, ""
-        if now.state in ("RUNNING", "STARTING"):
+        if state in ("RUNNING", "STARTING"):
             finding = self.look(now, at)
             self.say_busy(finding, at)
-        elif now.info is not None and now.state in NOT_ORDERED:
-            details = exit_record(self.layout, now.info, self.last_pid) if now.state == "EXITED" else {}
-            exit_words = _exit_words(now.info, details)
+        elif info is not None and state in NOT_ORDERED:
+            details = exit_record(self.layout, dict(info), self.last_pid) if state == "EXITED" else {}
+            exit_words = _exit_words(info, details)
             details["check"] = "exit"
-        cause = self.tracker.observe(settings, at, now.state, finding, exit_words) if now.info is not None else None
+        cause = self.tracker.observe(settings, at, state, finding, exit_words) if info is not None else None
         if not cause:
             return
         if not details and self.tracker.last_failure is not None:
@@ -553,13 +541,8 @@ def watch(layout: Layout, *, clock=time.monotonic, sleep=time.sleep) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        sys.stderr.write("usage: python -m ds4_converge.service.watchdog ROOT\n")
-        return 2
-    layout = Layout(Path(argv[0]))
-    _log(f"watching what {settings_path(layout)} names")
-    watch(layout)
-    return 0
+    return resident.main(argv, "ds4_converge.service.watchdog", watch,
+                         lambda layout: f"watching what {settings_path(layout)} names")
 
 
 if __name__ == "__main__":
