@@ -1,9 +1,9 @@
 """The exact ds4-server command line for a spec, checked against the flags the built binary documents."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
+from ds4_converge.core.model_paths import ModelPaths
 from ds4_converge.engine.release import Release, is_number
 from ds4_converge.engine_knowledge import FORK, versions_with_flag
 from ds4_converge.engine_knowledge import load as load_knowledge
@@ -16,13 +16,6 @@ SPELLINGS = {"-m": ("--model",), "-c": ("--ctx",), "-n": ("--tokens",), "-t": ("
 
 class UnsupportedSettings(Ds4Error):
     """The spec asks for something this engine build cannot do; found before anything is stopped."""
-
-
-@dataclass(frozen=True)
-class ModelPaths:
-    main: Path
-    mtp: Path | None = None
-    dspark: Path | None = None
 
 
 def server_argv(release: Release, server: Server, models: ModelPaths, kv_disk_dir: Path | None,
