@@ -122,10 +122,11 @@ def budget_findings(ctx: Context) -> list[Finding]:
     budget = estimate(sum(sizes[s] for s in weights_slots), ctx.spec.server.ctx,
                       drafter_bytes=sizes["dspark"] if speculative == "dspark" else 0, unified=unified,
                       device_copies=device_copies(ctx) if unified else 0)
-    ctx.memory = MemoryFit(budget, room(ctx))
-    level, message = judge(budget, ctx.memory.room)
-    if level == "error" and ctx.spec.model.memory_budget == "warn":
-        ctx.memory = MemoryFit(budget, ctx.memory.room, short=message)
+    host = room(ctx)
+    level, message = judge(budget, host)
+    short = level == "error" and ctx.spec.model.memory_budget == "warn"
+    ctx.memory = MemoryFit(budget, host, short=message if short else None)
+    if short:
         return [Finding("warning", short_but_warned(message))]
     return [Finding({"ok": "info", "warn": "warning", "error": "error"}[level], f"memory budget {message}")]
 
