@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from ds4_converge.service import processes
+from ds4_converge.core import processes
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "engine" / "models" / "tiny-ds4flash.gguf"

@@ -54,7 +54,6 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected groups of more than one module (Tarjan), each sorted."""
     index, low, stack, on_stack, found = {}, {}, [], set(), []
     counter = [0]
-    sys.setrecursionlimit(10000)
 
     def visit(v):
         index[v] = low[v] = counter[0]
@@ -78,9 +77,15 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
             if len(group) > 1:
                 found.append(sorted(group))
 
-    for v in sorted(edges):
-        if v not in index:
-            visit(v)
+    # a few hundred modules deep at most; the limit is put back (a test that parses deep JSON relies on it)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10000))
+    try:
+        for v in sorted(edges):
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)
     return found
 
 

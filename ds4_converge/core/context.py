@@ -1,8 +1,8 @@
 """What the roles of one run share: the spec, where things live, host facts, and what earlier roles decided.
 
-Plain data of the ground. A field that holds a role's own type (a release, a build request, the supervisord
-client) names that type through a type-only import: the role that sets it owns the type, and nothing of it is
-imported at run time (.importlinter ignores type-only imports: they name, they do not depend). The
+Plain data of the ground: every field's type is of the ground or below it. A value the roles share (a release,
+the model paths, the memory budget) is a type of core; a role's handle (the supervisord client, a cache) is named
+by a small Protocol in core that says what the roles ask of it, and the role that makes it owns the class. The
 orchestration makes the context (:func:`ds4_converge.orchestrate.context.make_context`) and hands it the
 roles' handles and the run's policy (what it may change, which facts it plans from, when it takes the lock).
 """
@@ -23,18 +23,16 @@ from ds4_converge.spec.loader import LoadedSpec, SpecInvalid
 from ds4_converge.spec.model import Spec
 from ds4_converge.spec.values import check_root
 
-if TYPE_CHECKING:
-    from ds4_converge.core.plan import RoleResult
-    from ds4_converge.engine.git import EngineRepo
-    from ds4_converge.engine.pins import PinCache
-    from ds4_converge.engine.release import BuildRequest, Release
-    from ds4_converge.engine.server_args import ModelPaths
+if TYPE_CHECKING:  # names for the fields' types; a run loads none of them for the Context's sake
+    from ds4_converge.core.learned import Digests, Pins, Renders
+    from ds4_converge.core.memory_fit import MemoryFit
+    from ds4_converge.core.model_paths import ModelPaths
+    from ds4_converge.core.release import BuildRequest, Release
+    from ds4_converge.core.role_result import RoleResult
+    from ds4_converge.core.supervision import Supervision
     from ds4_converge.facts import HostFacts
-    from ds4_converge.models.digests import DigestCache
     from ds4_converge.service.drain import Drained
-    from ds4_converge.service.render import RenderCache
     from ds4_converge.service.start_log import StartMark
-    from ds4_converge.service.supervisor import Supervisor
 
 
 @dataclass(frozen=True)
@@ -76,12 +74,9 @@ class Context:
     toolkit: Toolkit = field(default_factory=Toolkit)
     service_env: dict[str, str] = field(default_factory=dict)
     build: BuildRequest | None = None
-    engine_repo: EngineRepo | None = None
     release: Release | None = None
     models: ModelPaths | None = None
-    memory_short: str | None = None  # the memory budget does not fit and model.memory_budget is warn: why
-    memory_estimate: Any = None  # models.budget.Budget: what the models role expects the engine to take
-    memory_room: Any = None  # models.budget.Room: what the models role judged it against
+    memory: MemoryFit | None = None  # the models role's memory budget: the estimate, its room, why it fell short
     gate_baseline: Any = None  # health.gate.Baseline: the old engine benched in this run just before the switch
     desired: Deployment | None = None
     restart_needed: bool = False
@@ -94,10 +89,10 @@ class Context:
     state: State = field(default_factory=State)
     command: str = "converge"  # the CLI command of this run (converge, rollback, tune …): a switch records it
     # the roles' handles, made by the orchestration; they read or write nothing until first used
-    supervisor: Supervisor | None = None  # of this root
-    digests: DigestCache | None = None  # verified sha256 digests by file identity, learned by planning
-    pins: PinCache | None = None  # which commit each engine tag resolved to (a no-op needs no git)
-    renders: RenderCache | None = None  # config texts rendered last time (a no-op needs no jinja2)
+    supervisor: Supervision | None = None  # of this root
+    digests: Digests | None = None  # verified sha256 digests by file identity, learned by planning
+    pins: Pins | None = None  # which commit each engine tag resolved to (a no-op needs no git)
+    renders: Renders | None = None  # config texts rendered last time (a no-op needs no jinja2)
 
     @property
     def spec(self) -> Spec:

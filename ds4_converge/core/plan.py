@@ -1,4 +1,4 @@
-"""What a role would change, and what it did. `changed` is derived from the plan, never set by hand.
+"""What a role would change. `changed` is derived from the plan, never set by hand (what it did: role_result.py).
 
 The contract between plan and apply: a role's `plan(ctx)` only reads (the spec, the facts, files, supervisord,
 git refs) and returns its changes; each Change carries its `action`, bound at plan time to everything the plan
@@ -15,8 +15,6 @@ from ds4_converge.errors import Ds4Error
 
 if TYPE_CHECKING:
     from ds4_converge.core.context import Context
-
-Status = Literal["ok", "changed", "failed", "skipped"]
 
 
 @dataclass(frozen=True)
@@ -93,25 +91,6 @@ class RolePlan:
 
     def diff(self) -> str:
         return "".join(c.unified_diff() for c in self.changes)
-
-
-@dataclass
-class RoleResult:
-    name: str
-    status: Status
-    msg: str
-    diff: str = ""
-    changes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def changed(self) -> bool:
-        return self.status == "changed"
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "status": self.status, "changed": self.changed, "msg": self.msg,
-                "diff": self.diff, "changes": self.changes, "warnings": self.warnings, "notes": self.notes}
 
 
 def apply(ctx: Context, plan: RolePlan) -> str:

@@ -10,19 +10,18 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ds4_converge.engine.builder import Builder, hand_over, take_back
 from ds4_converge.engine.git import EngineRepo
 from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.root_trust import tree_problems
-from ds4_converge.engine_knowledge import BASE as BASE_VERSION
 from ds4_converge.engine_knowledge import EngineVersion, engine_version, for_version
 from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.shell import CommandFailed, run, tail
+from ds4_converge.core.release import BuildRequest, Release
 from ds4_converge.core.toolkit import Toolkit
 from ds4_converge.errors import Ds4Error
 from ds4_converge.core import bounded_file
@@ -33,61 +32,6 @@ FLAG = re.compile(r"(?:(?<=\s)|(?<=,)|(?<=\|)|^)(--?[A-Za-z][A-Za-z0-9-]*)")
 OPTION_LINE = re.compile(r"^ {0,4}-")
 TOPIC = re.compile(r"--help ([a-z][a-z0-9-]*)")
 RECORD_FORMAT = 2  # 2: options with their value counts, help topics, the engine version judged by
-
-
-@dataclass(frozen=True)
-class BuildRequest:
-    commit: str
-    ref: str
-    target: str
-    cuda_arch: str | None
-    toolkit: Toolkit
-    jobs: int
-
-    @property
-    def release_id(self) -> str:
-        arch = f"-{self.cuda_arch}" if self.target == "cuda" and self.cuda_arch else ""
-        return f"{self.commit[:12]}-{self.target}{arch}-{self.toolkit.tag}"
-
-    def make_argv(self) -> list[str]:
-        argv = ["make", f"-j{self.jobs}", self.target]
-        if self.target == "cuda":
-            argv.append(f"CUDA_ARCH={self.cuda_arch}")
-        if self.toolkit.nvcc:
-            # make's command-line variables beat both `?=` defaults and an exported stale NVCC/CUDA_HOME
-            argv += [f"NVCC={self.toolkit.nvcc}", f"CUDA_HOME={self.toolkit.cuda_home}"]
-        return argv
-
-
-@dataclass(frozen=True)
-class Release:
-    id: str
-    path: Path
-    commit: str
-    ref: str
-    target: str
-    cuda_arch: str | None
-    toolkit: Toolkit
-    flags: frozenset[str]
-    # how many values each option takes, as its --help shows (empty: unknown, e.g. a test's hand-made release)
-    values: Mapping[str, int] = field(default_factory=dict)
-    engine: str = BASE_VERSION  # the known engine version whose rules this build is judged by
-    engine_why: str = ""
-
-    @property
-    def server(self) -> Path:
-        return self.path / "ds4-server"
-
-    @property
-    def knowledge(self) -> dict:
-        return for_version(self.engine)
-
-    def supports(self, flag: str) -> bool:
-        return flag in self.flags
-
-    def takes_value(self, flag: str) -> bool | None:
-        """Whether the option takes a value, as its --help shows; None where the help did not say."""
-        return self.values[flag] > 0 if flag in self.values else None
 
 
 class BuildFailed(Ds4Error):

@@ -12,13 +12,13 @@ from functools import partial
 
 from ds4_converge.core.context import Context
 from ds4_converge.core.crashpoints import crash_point
+from ds4_converge.core.memory_fit import streaming_hint
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
 from ds4_converge.core.shell import CommandFailed, run
 from ds4_converge.engine import release as releases
 from ds4_converge.engine.builder import Builder, builder_for, closed_to
 from ds4_converge.engine.git import SHA, EngineRepo, RepoError
 from ds4_converge.engine.installer import InstallerError, read_pin
-from ds4_converge.models.budget import streaming_hint
 from ds4_converge.spec.values import is_remote
 
 NAME = "engine"
@@ -77,7 +77,6 @@ def plan(ctx: Context) -> RolePlan:
     engine = ctx.spec.engine
     url, ref = pin(ctx)
     repo = EngineRepo(url, ctx.layout.engine_cache)
-    ctx.engine_repo = repo
     commit = _known_commit(ctx, url, ref)
     if commit is not None:
         release = releases.load(ctx.layout, _request(ctx, commit, ref).release_id)
@@ -121,7 +120,7 @@ def _built(ctx: Context, release: releases.Release, ref: str) -> RolePlan:
 
 def _memory_findings(ctx: Context, release: releases.Release) -> list[Finding]:
     """A model set the models role let through over budget (memory_budget: warn): what this build offers."""
-    hint = streaming_hint(release.flags) if ctx.memory_short else None
+    hint = streaming_hint(release.flags) if ctx.memory is not None and ctx.memory.short else None
     return [Finding("warning", hint)] if hint else []
 
 

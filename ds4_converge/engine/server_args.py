@@ -1,9 +1,9 @@
 """The exact ds4-server command line for a spec, checked against the flags the built binary documents."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
+from ds4_converge.core.model_paths import ModelPaths
 from ds4_converge.engine.release import Release, is_number
 from ds4_converge.engine_knowledge import FORK, versions_with_flag
 from ds4_converge.engine_knowledge import load as load_knowledge
@@ -18,26 +18,10 @@ class UnsupportedSettings(Ds4Error):
     """The spec asks for something this engine build cannot do; found before anything is stopped."""
 
 
-@dataclass(frozen=True)
-class ModelPaths:
-    main: Path
-    mtp: Path | None = None
-    dspark: Path | None = None
-
-
 def server_argv(release: Release, server: Server, models: ModelPaths, kv_disk_dir: Path | None,
                 distributed: Distributed | None = None) -> list[str]:
-    args: list[str] = []
-    missing: list[str] = []
-
-    def add(flag: str, *values: object, setting: str) -> None:
-        # short and long spellings are the same option; use whichever this binary's --help lists
-        spelling = next((f for f in (flag, *SPELLINGS.get(flag, ())) if release.supports(f)), None)
-        if spelling is None:
-            missing.append(f"{setting} needs {flag}{_where_it_exists(flag)}")
-            return
-        args.extend([spelling, *map(str, values)])
-
+    line = _CommandLine(release)
+    add = line.add
     add("-m", models.main, setting="model.main")
     add("--host", server.host, setting="server.host")
     add("--port", server.port, setting="server.port")
@@ -52,7 +36,48 @@ def server_argv(release: Release, server: Server, models: ModelPaths, kv_disk_di
         add("--kv-disk-dir", kv_disk_dir, setting="server.kv_disk_dir")
         if server.kv_disk_space_mb:
             add("--kv-disk-space-mb", server.kv_disk_space_mb, setting="server.kv_disk_space_mb")
-    spec_mode = server.speculative
+    _speculation(line, server, models)
+    if server.power is not None and not _runs_at_default(release, "--power", server.power):
+        add("--power", server.power, setting="server.power")
+    if release.supports("--no-update-check"):
+        line.args.append("--no-update-check")  # the fork otherwise polls GitHub daily
+    if distributed is not None:
+        if not release.supports("--role"):
+            line.missing.append("distributed needs --role, --layers, --listen and --coordinator (ds4 b030961 or "
+                                "later: `ds4-server --help distributed`)")
+        else:
+            line.args += distributed_args(distributed)
+    for arg in server.extra_args:
+        flag = arg.split("=", 1)[0]
+        if flag.startswith("-") and not is_number(flag) and not release.supports(flag):
+            line.missing.append(f"server.extra_args {arg!r} is not an option of this ds4-server")
+    line.args.extend(server.extra_args)
+    if line.missing:
+        raise UnsupportedSettings(f"release {release.id} ({release.ref}) does not support: "
+                                  + "; ".join(line.missing))
+    return [str(release.server), *line.args]
+
+
+class _CommandLine:
+    """The arguments so far, and every setting this build has no flag for (all said at once, before anything is
+    stopped)."""
+
+    def __init__(self, release: Release) -> None:
+        self.release = release
+        self.args: list[str] = []
+        self.missing: list[str] = []
+
+    def add(self, flag: str, *values: object, setting: str) -> None:
+        # short and long spellings are the same option; use whichever this binary's --help lists
+        spelling = next((f for f in (flag, *SPELLINGS.get(flag, ())) if self.release.supports(f)), None)
+        if spelling is None:
+            self.missing.append(f"{setting} needs {flag}{_where_it_exists(flag)}")
+            return
+        self.args.extend([spelling, *map(str, values)])
+
+
+def _speculation(line: _CommandLine, server: Server, models: ModelPaths) -> None:
+    release, spec_mode, add = line.release, server.speculative, line.add
     if spec_mode.mode == "mtp":
         add("--mtp", models.mtp, setting="server.speculative.mode=mtp")
         add("--mtp-draft", spec_mode.draft, setting="server.speculative.draft")
@@ -68,25 +93,7 @@ def server_argv(release: Release, server: Server, models: ModelPaths, kv_disk_di
             add("--dspark", models.dspark, setting="server.speculative.mode=dspark")
     elif release.supports("--no-spec"):
         # the fork attaches sibling drafters by default; "off" must be explicit there
-        args.append("--no-spec")
-    if server.power is not None and not _runs_at_default(release, "--power", server.power):
-        add("--power", server.power, setting="server.power")
-    if release.supports("--no-update-check"):
-        args.append("--no-update-check")  # the fork otherwise polls GitHub daily
-    if distributed is not None:
-        if not release.supports("--role"):
-            missing.append("distributed needs --role, --layers, --listen and --coordinator (ds4 b030961 or later: "
-                           "`ds4-server --help distributed`)")
-        else:
-            args += distributed_args(distributed)
-    for arg in server.extra_args:
-        flag = arg.split("=", 1)[0]
-        if flag.startswith("-") and not is_number(flag) and not release.supports(flag):
-            missing.append(f"server.extra_args {arg!r} is not an option of this ds4-server")
-    args.extend(server.extra_args)
-    if missing:
-        raise UnsupportedSettings(f"release {release.id} ({release.ref}) does not support: " + "; ".join(missing))
-    return [str(release.server), *args]
+        line.args.append("--no-spec")
 
 
 def distributed_args(distributed: Distributed) -> list[str]:

@@ -113,6 +113,33 @@ def _unique(items: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+def _chains(rec: _Recorder, *, port: int, disks: list[str], service_user: str | None, cuda_globs: Sequence[str],
+            cuda_link: str) -> dict:
+    """The facts as independent chains of commands, run side by side (:func:`_side_by_side`): a run waits for
+    about the slowest chain, not for their sum."""
+
+    def cuda() -> CudaFacts:  # layout, then one nvcc --version per distinct binary
+        layout = rec.value(CudaLayoutProbe(globs=tuple(cuda_globs), link=cuda_link))
+        releases: dict[str, NvccRelease | None] = {p: rec.value(NvccVersion(path=p)) for p in nvcc_paths(layout)}
+        return assemble_cuda(layout, releases)
+
+    def disk_space() -> dict[str, DiskSpace]:
+        ancestors = rec.value(ExistingAncestors(paths=tuple(disks)))
+        measured = _unique([ancestors[p] for p in disks if p in ancestors])
+        entries = rec.value(DiskFree(paths=tuple(measured))) if measured else []
+        return assemble_disk(disks, ancestors, measured, entries)
+
+    def user() -> tuple[str | None, PasswdEntry | None]:
+        name = service_user or rec.value(CurrentUser())
+        return name, (rec.value(Passwd(user=name)) if name else None)
+
+    return {"cuda": cuda, "disks": disk_space, "user": user, "listeners": lambda: port_holders(port, run=rec),
+            "arch": lambda: rec.value(Architecture()), "gpus": lambda: rec.value(NvidiaGpus()),
+            "driver": lambda: rec.value(NvidiaDriver()), "build_env": lambda: rec.value(BuildEnvironment()),
+            "memory": lambda: rec.value(Memory()), "addresses": lambda: rec.value(HostAddresses()),
+            "gpu_processes": lambda: rec.value(NvidiaComputeApps()), "gpu_clocks": lambda: rec.value(NvidiaClocks())}
+
+
 def gather_host_facts(
     *,
     port: int,
@@ -134,30 +161,8 @@ def gather_host_facts(
     rec = _Recorder(runner or FactRunner())
     root_s = os.fspath(root)
     dirs = [os.fspath(d) for d in model_dirs]
-
-    def cuda() -> CudaFacts:  # layout, then one nvcc --version per distinct binary
-        layout = rec.value(CudaLayoutProbe(globs=tuple(cuda_globs), link=cuda_link))
-        releases: dict[str, NvccRelease | None] = {p: rec.value(NvccVersion(path=p)) for p in nvcc_paths(layout)}
-        return assemble_cuda(layout, releases)
-
-    def disks() -> dict[str, DiskSpace]:
-        wanted = _unique([root_s, *dirs])
-        ancestors = rec.value(ExistingAncestors(paths=tuple(wanted)))
-        measured = _unique([ancestors[p] for p in wanted if p in ancestors])
-        entries = rec.value(DiskFree(paths=tuple(measured))) if measured else []
-        return assemble_disk(wanted, ancestors, measured, entries)
-
-    def user() -> tuple[str | None, PasswdEntry | None]:
-        name = service_user or rec.value(CurrentUser())
-        return name, (rec.value(Passwd(user=name)) if name else None)
-
-    # independent chains of commands, run side by side: a run waits for about the slowest chain, not for their sum
-    chains = {"cuda": cuda, "disks": disks, "user": user, "listeners": lambda: port_holders(port, run=rec),
-              "arch": lambda: rec.value(Architecture()), "gpus": lambda: rec.value(NvidiaGpus()),
-              "driver": lambda: rec.value(NvidiaDriver()), "build_env": lambda: rec.value(BuildEnvironment()),
-              "memory": lambda: rec.value(Memory()), "addresses": lambda: rec.value(HostAddresses()),
-              "gpu_processes": lambda: rec.value(NvidiaComputeApps()), "gpu_clocks": lambda: rec.value(NvidiaClocks())}
-    got = _side_by_side(chains)
+    got = _side_by_side(_chains(rec, port=port, disks=_unique([root_s, *dirs]), service_user=service_user,
+                                cuda_globs=cuda_globs, cuda_link=cuda_link))
     user_name, passwd = got["user"]
     disk = got["disks"]
     return HostFacts(

@@ -215,7 +215,7 @@ def performance_gate(ctx: Context) -> tuple[dict | None, list[str]]:
 
 def _engine_pids(ctx: Context) -> set[int]:
     """The engine's process group: on the GPU it is no tenant."""
-    from ds4_converge.service import processes
+    from ds4_converge.core import processes
 
     pid = ctx.supervisor.running_pid(ctx.engine_program) if ctx.supervisor.is_running() else None
     return set(processes.group_members(pid)) | {pid} if pid else set()
@@ -226,9 +226,9 @@ def memory_plan(ctx: Context) -> list[str]:
     from ds4_converge.models import budget
 
     planned = budget.read_plan(process_state(ctx).log_text())
-    if planned is None or ctx.memory_estimate is None:
+    if planned is None or ctx.memory is None:
         return []
-    level, message = budget.against_plan(planned, ctx.memory_estimate)
+    level, message = budget.against_plan(planned, ctx.memory.estimate)
     if level == "warn":
         ctx.say(f"WARNING: {message}")
     return [message]

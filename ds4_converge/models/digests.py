@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ds4_converge.errors import Ds4Error
 from ds4_converge.core import bounded_file
+from ds4_converge.core.learned import Digests
 
 HASH_CHUNK = 8 * 1024 * 1024
 _FORMAT_VERSION = 1
@@ -121,7 +122,7 @@ def _read_entries(path: Path) -> dict[str, dict]:
     return {k: e for k, e in entries.items() if isinstance(e, dict) and isinstance(e.get("sha256"), str)}
 
 
-def verified_sha256(path: str | os.PathLike, cache: DigestCache | None, expected: str | None = None) -> str:
+def verified_sha256(path: str | os.PathLike, cache: Digests | None, expected: str | None = None) -> str:
     """The file's sha256, read from the cache when its stat key still matches, else hashed once and remembered.
 
     With `expected`, raise DigestMismatch when the digest differs (the true digest is still remembered,
@@ -149,7 +150,7 @@ def normalise_sha256(value: str | None) -> str | None:
 
 
 def check_in_place(path: str | os.PathLike, *, sha256: str | None = None, size: int | None = None,
-                   cache: DigestCache | None = None, need_digest: bool = False) -> tuple[bool, str, str | None]:
+                   cache: Digests | None = None, need_digest: bool = False) -> tuple[bool, str, str | None]:
     """Is `path` already the wanted file? -> (ok, one-line reason, sha256 if computed or cached).
 
     Hashes only when a sha256 is expected (or need_digest) and the cache has no entry for the file as it is now.

@@ -29,7 +29,8 @@ import urllib3
 from pydantic import SecretStr
 
 from ds4_converge.models.placement import HUB_EXTRA
-from ds4_converge.models.digests import DigestCache, check_in_place, hash_into, normalise_sha256, verified_sha256
+from ds4_converge.core.learned import Digests
+from ds4_converge.models.digests import check_in_place, hash_into, normalise_sha256, verified_sha256
 from ds4_converge.errors import Ds4Error
 from ds4_converge.units import human_bytes
 from ds4_converge.spec.sources import HttpsSource, LocalSource, Source, parse_source
@@ -394,7 +395,7 @@ def _durable_replace(partial: Path, dest: Path) -> None:
 def fetch(source: Source | str, dest_path: str | os.PathLike, *, sha256: str | None = None,
           size: int | None = None, free_bytes_fn: Callable[[Path], int] = default_free_bytes,
           margin_bytes: int = DEFAULT_MARGIN_BYTES, progress=None, token: str | SecretStr | None = None,
-          session: requests.Session | None = None, cache: DigestCache | None = None) -> FetchResult:
+          session: requests.Session | None = None, cache: Digests | None = None) -> FetchResult:
     """Download (or copy) `source` to `dest_path`, resuming `<dest>.partial`, verifying size and sha256.
 
     progress: None, a rich Progress (see progress_display) or a callable(done_bytes, total_bytes|None).
@@ -454,7 +455,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def _verify_in_place(path: Path, expected_sha: str | None, size: int | None,
-                     cache: DigestCache | None) -> FetchResult:
+                     cache: Digests | None) -> FetchResult:
     """The local source already is the destination: nothing to copy, only to verify."""
     ok, reason, digest = check_in_place(path, sha256=expected_sha, size=size, cache=cache, need_digest=True)
     if not ok:

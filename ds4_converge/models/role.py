@@ -13,8 +13,9 @@ from pathlib import Path
 from ds4_converge.core.context import Context
 from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.plan import Change, Finding, RoleFailed, RolePlan
-from ds4_converge.engine.server_args import ModelPaths
-from ds4_converge.models.budget import SSD_STREAMING, Room, estimate, integrated_copy_bytes, judge, short_but_warned
+from ds4_converge.core.model_paths import ModelPaths
+from ds4_converge.core.memory_fit import SSD_STREAMING, MemoryFit, Room
+from ds4_converge.models.budget import estimate, integrated_copy_bytes, judge, short_but_warned
 from ds4_converge.models.digests import check_in_place
 from ds4_converge.engine_knowledge import FORK, for_version, known_versions
 from ds4_converge.models.gguf import judge_files, read_gguf_header
@@ -121,11 +122,11 @@ def budget_findings(ctx: Context) -> list[Finding]:
     budget = estimate(sum(sizes[s] for s in weights_slots), ctx.spec.server.ctx,
                       drafter_bytes=sizes["dspark"] if speculative == "dspark" else 0, unified=unified,
                       device_copies=device_copies(ctx) if unified else 0)
-    ctx.memory_estimate, ctx.memory_room = budget, room(ctx)
-    level, message = judge(budget, ctx.memory_room)
-    ctx.memory_short = None
-    if level == "error" and ctx.spec.model.memory_budget == "warn":
-        ctx.memory_short = message
+    host = room(ctx)
+    level, message = judge(budget, host)
+    short = level == "error" and ctx.spec.model.memory_budget == "warn"
+    ctx.memory = MemoryFit(budget, host, short=message if short else None)
+    if short:
         return [Finding("warning", short_but_warned(message))]
     return [Finding({"ok": "info", "warn": "warning", "error": "error"}[level], f"memory budget {message}")]
 
@@ -176,7 +177,7 @@ def room(ctx: Context) -> Room:
 
 
 def serving_engine_bytes(ctx: Context) -> int:
-    """What our serving engine holds that MemAvailable does not count (service.processes.returned_bytes), and
+    """What our serving engine holds that MemAvailable does not count (core.processes.returned_bytes), and
     on a unified-memory GPU what it holds there."""
     facts = ctx.facts
     if facts is None:
@@ -189,7 +190,7 @@ def serving_engine_bytes(ctx: Context) -> int:
 
 
 def engine_bytes(facts, pids) -> int:
-    from ds4_converge.service import processes
+    from ds4_converge.core import processes
 
     if not pids:
         return 0

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ds4_converge.core import bounded_file
 from ds4_converge.core.shell import CALLER_MAKE_ENV
-from ds4_converge.service.processes import start_time
+from ds4_converge.core.processes import start_time
 
 FORMAT = 2
 FACTS_TTL_S = 900

@@ -13,7 +13,8 @@ from ds4_converge.core import interrupts
 from ds4_converge.core import plan as plans
 from ds4_converge.core.context import Context
 from ds4_converge.core.crashpoints import crash_point
-from ds4_converge.core.plan import RoleFailed, RolePlan, RoleResult
+from ds4_converge.core.plan import RoleFailed, RolePlan
+from ds4_converge.core.role_result import RoleResult
 from ds4_converge.engine import role as engine
 from ds4_converge.errors import Ds4Error
 from ds4_converge.health import role as probe

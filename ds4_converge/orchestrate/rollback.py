@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ds4_converge.core.context import Context
-from ds4_converge.core.plan import RoleResult
+from ds4_converge.core.role_result import RoleResult
 from ds4_converge.orchestrate.reconciler import APPLY_ERRORS, Outcome
 from ds4_converge.health import role as probe
 from ds4_converge.health.probe import Unhealthy, wait_healthy

@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ds4_converge.service import processes
+from ds4_converge.core import processes
 
 # connection states that hold engine work (/proc/net/tcp `st`, hex): ESTABLISHED, and CLOSE_WAIT: the client
 # closed (a timed-out check, an impatient user) but the engine has not finished with it yet

@@ -419,7 +419,7 @@ def running(ctx: Context) -> bool:
 
 def unsupervised_pid(ctx: Context) -> int | None:
     """The master of this root's HAProxy when it runs without its supervisord (killed), else None."""
-    from ds4_converge.service import processes
+    from ds4_converge.core import processes
 
     found = ctx.supervisor.front_leftovers()
     masters = [pid for pid in found if (process := processes.read(pid)) is not None and process.ppid not in found]

@@ -27,7 +27,8 @@ from pathlib import Path
 from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.lock import LockHeld, RunLock
 from ds4_converge.core.state import Deployment, State, StateUnreadable
-from ds4_converge.service import processes, resident, secrets
+from ds4_converge.core import processes
+from ds4_converge.service import resident, secrets
 from ds4_converge.service.supervisor import Supervisor, this_python
 from ds4_converge.core import bounded_file
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ds4_converge.core.plan import RoleFailed
 from ds4_converge.facts.memory import parse_meminfo
-from ds4_converge.models.budget import FREE_RESERVE_BYTES  # noqa: F401 - the reserve the switch adds, as the budget does
+from ds4_converge.core.memory_fit import FREE_RESERVE_BYTES  # noqa: F401 - the reserve the switch adds, as the budget does
 from ds4_converge.units import gib
 
 MEMORY_BACK_S = 60.0  # a driver frees an 80 GiB mapping in seconds; a minute that is not enough is a leak

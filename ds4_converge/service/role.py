@@ -213,17 +213,17 @@ def overlap(ctx: Context, pid: int | None) -> tuple[bool, str]:
         return False, ""
     stops = "the serving engine stops before the new one loads (the front door holds requests meanwhile): "
     held = f"; {switch.held_for(ctx, ctx.release.id)}"
-    last_good, estimate = ctx.state.last_good, ctx.memory_estimate
+    last_good, memory = ctx.state.last_good, ctx.memory
     if ctx.spec.front.overlap == "off":
         return False, stops + "front.overlap is off" + held
     if ctx.spec.distributed is not None:
         return False, stops + "a distributed part" + held
     if pid is None or last_good is None or not last_good.same_config(ctx.state.current):
         return False, stops + "last good does not serve" + held
-    if estimate is None:
+    if memory is None:
         return False, stops + "the memory budget is not known yet" + held
     shared = ctx.spec.engine.target in ctx.release.knowledge["load"].get("shared_mapping_targets", ())
-    fits, numbers = budget.beside(estimate, ctx.memory_room, shared_weights=shared)
+    fits, numbers = budget.beside(memory.estimate, memory.room, shared_weights=shared)
     if not fits:
         return False, stops + numbers + held
     return True, (f"the new engine loads beside the serving one on 127.0.0.1:{front.idle_port(ctx)}, and clients "

@@ -17,7 +17,7 @@ from supervisor.states import ProcessStates
 
 from ds4_converge.core.layout import Layout
 from ds4_converge.errors import Ds4Error
-from ds4_converge.service import processes
+from ds4_converge.core import processes
 
 DEAD_STATES = {"EXITED", "FATAL", "BACKOFF", "STOPPED", "UNKNOWN"}
 # states stopProcess refuses with NOT_RUNNING: asking anyway costs the fault's reading, supervisor.xmlrpc's import

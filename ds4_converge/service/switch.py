@@ -149,10 +149,9 @@ def _await_memory(ctx: Context) -> None:
 
 def _memory_needed(ctx: Context) -> int | None:
     """What MemAvailable must hold before a new engine starts (None: model.memory_budget warn, or not known)."""
-    budget = ctx.memory_estimate
-    if budget is None or ctx.spec.model.memory_budget != "enforce":
+    if ctx.memory is None or ctx.spec.model.memory_budget != "enforce":
         return None
-    return budget.peak + memory_back.FREE_RESERVE_BYTES
+    return ctx.memory.estimate.peak + memory_back.FREE_RESERVE_BYTES
 
 
 def _memory_back_s(ctx: Context) -> float:

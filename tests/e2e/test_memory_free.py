@@ -25,7 +25,8 @@ import pytest
 
 from boxes import engine_pids
 from ds4_converge.facts.memory import parse_meminfo
-from ds4_converge.models.budget import FREE_RESERVE_BYTES, OS_HEADROOM_BYTES, estimate
+from ds4_converge.core.memory_fit import FREE_RESERVE_BYTES, OS_HEADROOM_BYTES
+from ds4_converge.models.budget import estimate
 from ds4_converge.units import GIB
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from boxes import Box, engine_pids, two_free_ports, with_front
-from ds4_converge.service import processes
+from ds4_converge.core import processes
 
 pytestmark = pytest.mark.slow
 

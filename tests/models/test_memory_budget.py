@@ -77,7 +77,8 @@ def test_invalid_input():
 
 
 def test_a_warned_budget_says_it_goes_on_and_names_ssd_streaming_only_where_the_build_has_it():
-    from ds4_converge.models.budget import SSD_STREAMING, short_but_warned, streaming_hint
+    from ds4_converge.core.memory_fit import SSD_STREAMING, streaming_hint
+    from ds4_converge.models.budget import short_but_warned
 
     level, message = judge(estimate(Q2_WEIGHTS, 32768), 24 * GIB)
     assert level == "error"
@@ -101,7 +102,7 @@ def test_memory_budget_defaults_to_enforce_and_takes_warn_only():
 
 # ---- what is free now, and what a load on unified memory takes for a while ------------------------------------
 
-from ds4_converge.models.budget import Room  # noqa: E402
+from ds4_converge.core.memory_fit import Room  # noqa: E402
 
 
 def test_a_spark_whose_memavailable_is_short_is_refused_with_the_numbers():
@@ -147,7 +148,7 @@ def test_a_load_on_unified_memory_needs_a_margin_that_tells_q2_from_q2_q4(weight
 
 
 def test_what_a_stopped_process_returns_is_its_anonymous_shared_and_pinned_memory():
-    from ds4_converge.service.processes import parse_returned_bytes
+    from ds4_converge.core.processes import parse_returned_bytes
     status = ("Name:\tds4-server\nVmRSS:\t86000000 kB\nRssAnon:\t  1000 kB\nRssFile:\t84000000 kB\n"
               "RssShmem:\t  24 kB\nVmPin:\t84000000 kB\nVmLck:\t0 kB\n")
     assert parse_returned_bytes(status) == (1000 + 24 + 84000000) * 1024
@@ -156,7 +157,7 @@ def test_what_a_stopped_process_returns_is_its_anonymous_shared_and_pinned_memor
 
 def test_what_this_process_returns_is_read_from_proc():
     import os
-    from ds4_converge.service.processes import returned_bytes
+    from ds4_converge.core.processes import returned_bytes
     assert returned_bytes([os.getpid()]) > 0
     assert returned_bytes([]) == 0
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ds4_converge.models.budget import FREE_RESERVE_BYTES
+from ds4_converge.core.memory_fit import FREE_RESERVE_BYTES
 
 HERE = Path(__file__).parent
 RULES = HERE.parents[1] / "roles" / "ds4_converge" / "files" / "prometheus" / "ds4-converge-rules.yml"

@@ -3,7 +3,7 @@ and whatever bytes it prints never break the run."""
 import os
 import sys
 
-from ds4_converge.service import processes
+from ds4_converge.core import processes
 
 
 def test_a_prepare_that_hangs_is_ended_with_a_message_and_leaves_nothing_running(box, tmp_path):

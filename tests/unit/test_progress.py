@@ -8,7 +8,7 @@ import yaml
 
 from ds4_converge.cli.progress import Reporter, last_line
 from ds4_converge.orchestrate.context import make_context
-from ds4_converge.core.plan import RoleResult
+from ds4_converge.core.role_result import RoleResult
 from ds4_converge.spec.loader import load_spec
 
 REPO = Path(__file__).resolve().parents[2]

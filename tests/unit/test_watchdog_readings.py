@@ -2,7 +2,7 @@
 front door's counters, a process's CPU time, how supervisord says an engine exited, the kernel's OOM killer."""
 from ds4_converge.service.busy import FrontSlot, parse_connections, parse_front_stat
 from ds4_converge.service.exits import oom_killed, oom_words, parse_exit
-from ds4_converge.service.processes import parse_cpu_ticks
+from ds4_converge.core.processes import parse_cpu_ticks
 
 TCP = """\
   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
