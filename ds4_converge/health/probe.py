@@ -4,6 +4,10 @@ ds4-server binds only after the model is loaded, so "connection refused" means "
 deadline; a process that exits, a wrong model list or a wrong answer fail at once. A distributed coordinator
 (b030961) binds before its workers have joined and answers every completion with HTTP 500 "distributed route
 incomplete: missing layer N" (`dist_coordinator_build_route_plan()`) until they have: not ready yet either.
+
+Each step is a rung (health/rungs.py): `ladder()` lists an HTTP engine's in order, `climb()` runs them over one
+clock (health.deadline_s, one pause policy), and the soak is one more rung over a clock of health.soak_s. A
+distributed worker has no HTTP API: its rungs are in health/worker.py.
 """
 from __future__ import annotations
 
@@ -13,19 +17,16 @@ import re
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from functools import partial
 
 from ds4_converge.core.engine_http import request
 from ds4_converge.engine_knowledge import load as load_knowledge
-from ds4_converge.errors import Ds4Error
+from ds4_converge.health.rungs import Clock, EngineWatch, NotReady, Rung, Unhealthy, alive, climb, times
+from ds4_converge.health.worker import wait_worker
 from ds4_converge.spec.model import Address, Smoke
 
 MODEL_ID = load_knowledge()["model_id"]
 NON_THINKING_MODEL = load_knowledge()["api"]["non_thinking_model"]
-
-
-class NotReady(Ds4Error):
-    """Temporary: try again until the deadline."""
 
 
 class NotListening(NotReady):
@@ -51,29 +52,6 @@ class RouteIncomplete(NotReady):
 
 #: the coordinator's words for a completion it cannot route (ds4_distributed.c), inside an HTTP 500
 ROUTE_INCOMPLETE = re.compile(r"distributed route incomplete: missing layer (\d+)")
-
-
-class Unhealthy(Ds4Error):
-    """Permanent: revert now. `detail`: the engine's own last lines, when it died."""
-
-
-class EngineWatch(Protocol):
-    """What the probe asks the supervisor about the engine it started."""
-
-    def state(self) -> tuple[str, int | None, str]:
-        """(statename, pid, supervisord's spawn error or "")"""
-
-    def exits(self) -> list[str]:
-        """How the engine ended since this start, each time: 'exit status 1', 'terminated by SIGKILL'."""
-
-    def last_lines(self) -> str:
-        """This start's last log lines (never an earlier start's), and where the whole log is."""
-
-    def last_words(self) -> str:
-        """The last line this start wrote: the engine's own reason, as a rule."""
-
-    def log_text(self) -> str:
-        """Everything this start wrote to the engine's log (a distributed worker's health is read there)."""
 
 
 @dataclass(frozen=True)
@@ -285,9 +263,7 @@ class _Alive:
         if self.pid and time.monotonic() - self.at < SUPERVISOR_POLL_S and _running(self.pid):
             return self.pid
         watch = self.watch
-        state, pid, spawn_error = watch.state()
-        if state not in ("RUNNING", "STARTING"):
-            raise Unhealthy(_died(state, spawn_error, watch.exits(), watch.last_words()), watch.last_lines())
+        pid = alive(watch)
         self.first = self.first or pid
         if loading:
             # an engine that exits after supervisord's start window is started again, and again: it is never
@@ -299,73 +275,114 @@ class _Alive:
         return pid
 
 
+@dataclass
+class Engine:
+    """What an HTTP engine's rungs ask about: the engine of this start, at its endpoint, as its watch sees it."""
+
+    target: ProbeTarget
+    watch: EngineWatch
+    alive: _Alive
+    pid: int | None = None  # the pid that listed its model: the one the soak watches
+
+
+def ladder(engine: Engine) -> list[Rung]:
+    """The rungs an HTTP engine climbs before it may serve, in order (the soak follows: soak_engine)."""
+    target = engine.target
+    rungs = [Rung("models listed", partial(models_listed, engine), waits=True)]
+    if target.coordinator is not None:
+        rungs.append(Rung("route", partial(route, engine), waits=True, late=partial(_route_late, engine)))
+    elif target.smoke:
+        rungs += [Rung("smoke", partial(smoke, engine)), Rung("streamed smoke", partial(streamed_smoke, engine))]
+        if target.speculative:
+            rungs.append(Rung("speculation", partial(speculation, engine)))
+    if target.tool_call:
+        rungs.append(Rung("tool call", partial(tool_call, engine)))
+    return rungs
+
+
+def pause(target: ProbeTarget, why: NotReady | None) -> float:
+    """health.interval_s between probes that reach the engine; a port still closed is tried again soon."""
+    return min(target.interval_s, LISTEN_POLL_S) if isinstance(why, NotListening) else target.interval_s
+
+
 def wait_healthy(target: ProbeTarget, watch: EngineWatch, *, soak: bool = True) -> int:
     """Return the PID that passed; raise Unhealthy saying how it failed, with the engine's own last lines.
     Without `soak`, it returns once the engine answers right (models, smoke plain and streamed, tool call):
     :func:`soak_engine` then watches it for health.soak_s, as the switch's held road does while it serves."""
-    from tenacity import Retrying, retry_if_exception_type, stop_after_delay
-
     if target.worker is not None:
-        from ds4_converge.health.worker import wait_worker
-
         return wait_worker(watch, watch.log_text, target.worker, deadline_s=target.deadline_s,
                            soak_s=target.soak_s if soak else 0)[0]
-
-    started = time.monotonic()
-    alive = _Alive(watch)
-
-    def ready() -> int:
-        pid = alive(loading=True)
-        check_models(target.endpoint)
-        if watch.state()[0] != "RUNNING":
-            raise NotReady("answers, but supervisord has not counted it as started yet")
-        return pid
-
-    def pause(retry_state) -> float:
-        # health.interval_s between probes that reach the engine; a port still closed is tried again soon
-        refused = isinstance(retry_state.outcome.exception(), NotListening)
-        return min(target.interval_s, LISTEN_POLL_S) if refused else target.interval_s
-
-    retrying = Retrying(stop=stop_after_delay(target.deadline_s), wait=pause,
-                        retry=retry_if_exception_type(NotReady), reraise=True)
-    try:
-        pid = retrying(ready)
-    except NotReady as exc:
-        raise Unhealthy(f"not ready within {target.deadline_s:.0f}s ({exc})") from None
-    if target.coordinator is not None:
-        _wait_route(target, watch, alive, started)
-    elif target.smoke:
-        remaining = max(30.0, target.deadline_s - (time.monotonic() - started))
-        smoke_test(target.endpoint, target.smoke, timeout=remaining)
-        streamed_smoke_test(target.endpoint, target.smoke, timeout=remaining)
-        if target.speculative:
-            speculative_test(target.endpoint, target.smoke, timeout=remaining)
-    if target.tool_call:
-        tool_call_test(target.endpoint, timeout=max(30.0, target.deadline_s - (time.monotonic() - started)))
+    engine = Engine(target, watch, _Alive(watch))
+    climb(ladder(engine), Clock(target.deadline_s, partial(pause, target)))
     if soak:
-        soak_engine(target, watch, pid)
-    return pid
+        soak_engine(target, watch, engine.pid)
+    return engine.pid
 
 
 def soak_engine(target: ProbeTarget, watch: EngineWatch, pid: int) -> None:
     """The engine that answered right (pid `pid`) must stay up and answering for health.soak_s."""
-    alive = _Alive(watch, pid)
-    soak_until = time.monotonic() + target.soak_s
-    while time.monotonic() < soak_until:
-        time.sleep(min(target.interval_s, max(0.0, soak_until - time.monotonic())))
-        try:
-            now_pid = alive()
-            check_models(target.endpoint)
-            if now_pid != pid:
-                raise NotReady(f"restarted (pid {pid} → {now_pid})")
-        except (NotReady, Unhealthy) as exc:
-            ended = _exits_of(watch, pid)
-            if ended:  # it died and supervisord may have restarted it: a crash, not a slow load
-                words = watch.last_words()
-                raise Unhealthy(f"crashed during the {target.soak_s:.0f}s soak ({_times(ended)}; was pid {pid})"
-                                + (f": {words}" if words else ""), watch.last_lines()) from None
-            raise Unhealthy(f"stopped answering during the {target.soak_s:.0f}s soak: {exc}",
-                            getattr(exc, "detail", "")) from None
+    engine = Engine(target, watch, _Alive(watch, pid), pid)
+    climb([Rung("soak", partial(soaked, engine), holds=True)], Clock(target.soak_s, partial(pause, target)))
+
+
+def models_listed(engine: Engine, clock: Clock) -> None:
+    """Alive (an exit since its start is a crash loop, not a slow load), /v1/models lists the model, and
+    supervisord counts it as started."""
+    pid = engine.alive(loading=True)
+    check_models(engine.target.endpoint)
+    if engine.watch.state()[0] != "RUNNING":
+        raise NotReady("answers, but supervisord has not counted it as started yet")
+    engine.pid = pid
+
+
+def smoke(engine: Engine, clock: Clock) -> None:
+    smoke_test(engine.target.endpoint, engine.target.smoke, timeout=clock.timeout())
+
+
+def streamed_smoke(engine: Engine, clock: Clock) -> None:
+    streamed_smoke_test(engine.target.endpoint, engine.target.smoke, timeout=clock.timeout())
+
+
+def speculation(engine: Engine, clock: Clock) -> None:
+    speculative_test(engine.target.endpoint, engine.target.smoke, timeout=clock.timeout())
+
+
+def tool_call(engine: Engine, clock: Clock) -> None:
+    tool_call_test(engine.target.endpoint, timeout=clock.timeout())
+
+
+def route(engine: Engine, clock: Clock) -> None:
+    """A coordinator is ready once its workers complete the route: its smoke answers (without a smoke, a one-token
+    completion does; the real coordinator logs its route only with --debug). Until the deadline a missing layer
+    (RouteIncomplete) is a worker still on its way, not a verdict."""
+    engine.alive()
+    if engine.target.smoke:
+        smoke_test(engine.target.endpoint, engine.target.smoke, timeout=clock.timeout())
+    else:
+        check_route(engine.target.endpoint, timeout=clock.timeout())
+
+
+def _route_late(engine: Engine, exc: RouteIncomplete, clock: Clock) -> Unhealthy:
+    return Unhealthy(route_never_completed(exc.missing_layer, engine.target.coordinator, clock.deadline_s),
+                     engine.watch.last_lines())
+
+
+def soaked(engine: Engine, clock: Clock) -> None:
+    """Still the engine that answered (pid `engine.pid`), still answering; when it stopped, a crash is told as one."""
+    target, watch, pid = engine.target, engine.watch, engine.pid
+    try:
+        now_pid = engine.alive()
+        check_models(target.endpoint)
+        if now_pid != pid:
+            raise NotReady(f"restarted (pid {pid} → {now_pid})")
+    except (NotReady, Unhealthy) as exc:
+        ended = _exits_of(watch, pid)
+        if ended:  # it died and supervisord may have restarted it: a crash, not a slow load
+            words = watch.last_words()
+            raise Unhealthy(f"crashed during the {target.soak_s:.0f}s soak ({times(ended)}; was pid {pid})"
+                            + (f": {words}" if words else ""), watch.last_lines()) from None
+        raise Unhealthy(f"stopped answering during the {target.soak_s:.0f}s soak: {exc}",
+                        getattr(exc, "detail", "")) from None
 
 
 #: supervisord writes an exit to its log within its own tick (about a second) of the process's end
@@ -381,26 +398,6 @@ def _exits_of(watch: EngineWatch, pid: int) -> list[str]:
         time.sleep(0.1)
         ended = watch.exits()
     return ended
-
-
-def _wait_route(target: ProbeTarget, watch: EngineWatch, alive, started: float) -> None:
-    """A coordinator is ready once its workers complete the route: its smoke answers (without a smoke, a one-token
-    completion does; the real coordinator logs its route only with --debug). Until the deadline a missing layer
-    is a worker still on its way, not a verdict."""
-    while True:
-        alive()
-        try:
-            remaining = max(30.0, target.deadline_s - (time.monotonic() - started))
-            if target.smoke:
-                smoke_test(target.endpoint, target.smoke, timeout=remaining)
-            else:
-                check_route(target.endpoint, timeout=remaining)
-            return
-        except RouteIncomplete as exc:
-            missing = exc.missing_layer
-        if time.monotonic() - started > target.deadline_s:
-            raise Unhealthy(route_never_completed(missing, target.coordinator, target.deadline_s), watch.last_lines())
-        time.sleep(target.interval_s)
 
 
 def check_route(endpoint: str, timeout: float = 30) -> None:
@@ -424,19 +421,7 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _died(state: str, spawn_error: str, ended: list[str], words: str) -> str:
-    how = _times(ended) if ended else "no exit recorded"
-    supervisor = f"supervisord: {state}" + (f", {spawn_error}" if spawn_error else "")
-    return f"ds4-server exited ({how}; {supervisor})" + (f": {words}" if words else "")
-
-
 def _restarted(first: int | None, pid: int | None, ended: list[str], words: str) -> str:
-    how = _times(ended) if ended else "no exit recorded"
+    how = times(ended) if ended else "no exit recorded"
     return (f"ds4-server exited ({how}; supervisord started it again, pid {first} → {pid}: a crash loop, not a "
             f"slow load)") + (f": {words}" if words else "")
-
-
-def _times(ended: list[str]) -> str:
-    """'exit status 1', or 'exit status 1, 2 times' when supervisord retried it."""
-    last = ended[-1]
-    return last if len(ended) == 1 else f"{last}, {len(ended)} times"

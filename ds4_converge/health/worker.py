@@ -10,15 +10,18 @@ What the worker writes (`dist_run_worker()` in ds4_distributed.c, b030961), each
 A worker is *up* once it wrote its first line and accepts on its data port; *connected* while the last of the
 connection lines says so. Workers start before their coordinator, so a worker's own converge waits for *up*;
 the deployment (playbooks/distributed.yml) asks for *connected* once the coordinator serves.
+
+Its rungs (health/rungs.py): up (or connected) within health.deadline_s, then a soak in which its pid stays the same.
 """
 from __future__ import annotations
 
 import re
 import socket
-import time
 from dataclasses import dataclass
+from functools import partial
+from typing import Callable
 
-from ds4_converge.health.probe import EngineWatch, Unhealthy, _died
+from ds4_converge.health.rungs import Clock, EngineWatch, NotReady, Rung, Unhealthy, alive, climb
 from ds4_converge.spec.model import Address
 
 STARTED = re.compile(r"distributed worker: layers (?P<layers>\S+) model_id=\S+ data_listen=(?P<listen>\S+) "
@@ -111,33 +114,57 @@ def judge(state: WorkerState) -> str | None:
     return state.line or "its log never said it was loaded"
 
 
+@dataclass
+class Worker:
+    """What a worker's rungs ask about: the worker of this start, its log and its data port."""
+
+    watch: EngineWatch
+    log_text: Callable[[], str]  # this start's log lines
+    listen: Address
+    connected: bool  # wait for its coordinator too, not only for it to be up
+    pid: int | None = None  # the pid that came up: the one the soak watches
+
+
+def ladder(worker: Worker) -> list[Rung]:
+    """The rungs a worker climbs, in order (the soak follows)."""
+    word = "connected" if worker.connected else "up"
+    return [Rung(word, partial(up, worker), waits=True, late=partial(_late, worker, word))]
+
+
+def pause(why: NotReady | None) -> float:
+    """A worker not up yet is looked at again soon; one up and soaking, every half second."""
+    return POLL_S if why is not None else POLL_S * 5
+
+
 def wait_worker(watch: EngineWatch, log_text, listen: Address, *, deadline_s: float, soak_s: float,
                 connected: bool = False) -> tuple[int, WorkerState]:
     """Wait until the worker is up (and connected, when asked), then that it stays alive for soak_s.
 
     log_text(): this start's log lines. Raises Unhealthy saying how it failed, with the worker's last lines."""
-    def alive() -> int:
-        state, pid, spawn_error = watch.state()
-        if state not in ("RUNNING", "STARTING"):
-            raise Unhealthy(_died(state, spawn_error, watch.exits(), watch.last_words()), watch.last_lines())
-        return pid
+    worker = Worker(watch, log_text, listen, connected)
+    climb(ladder(worker), Clock(deadline_s, pause))
+    climb([Rung("soak", partial(stays, worker), holds=True)], Clock(soak_s, pause))
+    return worker.pid, read_state(log_text())
 
-    until = time.monotonic() + deadline_s
-    while True:
-        pid = alive()
-        worker = observe(log_text(), listen)
-        problem = judge(worker)
-        if problem is None and watch.state()[0] == "RUNNING" and (worker.connected or not connected):
-            break
-        if time.monotonic() > until:
-            why = problem or worker.describe()
-            raise Unhealthy(f"worker not {'connected' if connected else 'up'} within {deadline_s:.0f}s: {why}",
-                            watch.last_lines())
-        time.sleep(POLL_S)
-    soak_until = time.monotonic() + soak_s
-    while time.monotonic() < soak_until:
-        time.sleep(min(POLL_S * 5, max(0.0, soak_until - time.monotonic())))
-        now = alive()
-        if now != pid:
-            raise Unhealthy(f"worker restarted during the {soak_s:.0f}s soak (pid {pid} → {now})", watch.last_lines())
-    return pid, read_state(log_text())
+
+def up(worker: Worker, clock: Clock) -> None:
+    """Alive, loaded and accepting on its data port (connected, when asked), and counted as started by supervisord."""
+    pid = alive(worker.watch)
+    state = observe(worker.log_text(), worker.listen)
+    problem = judge(state)
+    if problem is None and worker.watch.state()[0] == "RUNNING" and (state.connected or not worker.connected):
+        worker.pid = pid
+        return
+    raise NotReady(problem or state.describe())
+
+
+def _late(worker: Worker, word: str, exc: NotReady, clock: Clock) -> Unhealthy:
+    return Unhealthy(f"worker not {word} within {clock.deadline_s:.0f}s: {exc}", worker.watch.last_lines())
+
+
+def stays(worker: Worker, clock: Clock) -> None:
+    """Still the process that came up (supervisord restarts a worker that died: a new pid)."""
+    now = alive(worker.watch)
+    if now != worker.pid:
+        raise Unhealthy(f"worker restarted during the {clock.deadline_s:.0f}s soak (pid {worker.pid} → {now})",
+                        worker.watch.last_lines())

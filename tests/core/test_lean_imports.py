@@ -1,6 +1,6 @@
 """Importing what a no-op run uses loads none of the heavy libraries: they cost a no-op most of its time and it
 needs none of them (numpy and gguf for GGUF constants, huggingface_hub and requests for downloads, rich for
-text output, jinja2 for rendering, tenacity for a probe that waits)."""
+text output, jinja2 for rendering; tenacity, which the probe no longer uses, stays on the list)."""
 import subprocess
 import sys
 
