@@ -1,4 +1,6 @@
 """The ground holds (issue 37, part d), measured by tests/house.py from the source, type-only imports counted."""
+import sys
+
 import pytest
 
 from tests import house
@@ -16,8 +18,19 @@ def test_core_names_no_type_of_engine_models_or_the_cli(graph):
     assert up == []
 
 
-def test_no_circle_on_the_ground(graph):
-    assert [group for group in house.circles(graph) if any(m.startswith("ds4_converge.core") for m in group)] \
+@pytest.fixture
+def circles(graph):
+    # house.circles raises the process's recursion limit for its walk: put it back, or a later test of how the
+    # tool meets deep nesting (a warm-up prompt's JSON) runs under a limit the tool never has
+    limit = sys.getrecursionlimit()
+    try:
+        yield house.circles(graph)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def test_no_circle_on_the_ground(circles):
+    assert [group for group in circles if any(m.startswith("ds4_converge.core") for m in group)] \
         == []
 
 
