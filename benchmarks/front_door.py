@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -39,13 +38,12 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from datetime import date
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from report_file import free_port, write_section  # noqa: E402
+from report_file import free_port, measured_on, write_section  # noqa: E402
 
 HEADING = "## Front door: failed requests and held latency through switches"
 REAL_HEADING = "## Front door on the real engine (phantom, CPU)"
@@ -226,8 +224,7 @@ def table(rows: list[dict]) -> list[str]:
 
 def machine() -> str:
     haproxy = subprocess.run(["haproxy", "-v"], capture_output=True, text=True).stdout.splitlines()[0]
-    return (f"`benchmarks/front_door.py`, {date.today()}, {platform.machine()}, {os.cpu_count()} CPUs, Python "
-            f"{platform.python_version()}, {haproxy.split(' - ')[0]}")
+    return f"{measured_on('front_door.py')}, {haproxy.split(' - ')[0]}"
 
 
 def report(rows: list[dict]) -> str:
