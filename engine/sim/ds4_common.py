@@ -467,33 +467,30 @@ class _Meta:
         t = self.g.types.get(key)
         return (None, None, None) if t is None else (t[0], t[1], self.g.kv[key])
 
-    def u32(self, key):
+    def required(self, key, types=None):
+        """The key's type and value; missing (or, with `types`, of another type) is the engine's 'missing'."""
         t, _, v = self.typed(key)
-        if t != U32:
+        if t is None or (types is not None and t not in types):
             die("ds4: required metadata key is missing: %s" % key, 1)
-        return v
+        return t, v
+
+    def u32(self, key):
+        return self.required(key, (U32,))[1]
 
     def u64(self, key):
-        t, _, v = self.typed(key)
-        if t is None:
-            die("ds4: required metadata key is missing: %s" % key, 1)
+        t, v = self.required(key)
         if t not in (U64, U32):
             die("ds4: metadata key has a non-integer type: %s" % key, 1)
         return v
 
     def f32(self, key):
-        t, _, v = self.typed(key)
-        if t is None:
-            die("ds4: required metadata key is missing: %s" % key, 1)
+        t, v = self.required(key)
         if t not in (F32, F64, U32, I32):
             die("ds4: metadata key has a non-float type %d: %s" % (t, key), 1)
         return _f32(float(v))
 
     def bool(self, key):
-        t, _, v = self.typed(key)
-        if t != BOOL:
-            die("ds4: required metadata key is missing: %s" % key, 1)
-        return bool(v)
+        return bool(self.required(key, (BOOL,))[1])
 
 
 def _expect_u32(name, got, want):
