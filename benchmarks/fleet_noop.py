@@ -21,17 +21,15 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from datetime import date
 from pathlib import Path
 
-from report_file import write_section
+from report_file import measured_on, write_section
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -191,8 +189,7 @@ def main() -> int:
     rows = sorted(per_task.items(), key=lambda item: -item[1])
     text = "\n".join([
         HEADING, "",
-        f"`benchmarks/fleet_noop.py`, {date.today().isoformat()}, {platform.machine()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}, ansible-core {_ansible_version()}; load average {load:.1f} at the "
+        f"{measured_on('fleet_noop.py')}, ansible-core {_ansible_version()}; load average {load:.1f} at the "
         f"start, {load_end:.1f} at the end (a shared machine: other engineers' tests ran meanwhile). The molecule "
         f"`haproxy` fleet: three simulated Sparks, each behind its own front door, the fleet's HAProxy in front, "
         f"each reached over real ssh (`ANSIBLE_PIPELINING`, control persist, 5 forks); "

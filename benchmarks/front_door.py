@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -39,13 +38,12 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from datetime import date
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from report_file import free_port, write_section  # noqa: E402
+from report_file import free_port, measured_on, write_section  # noqa: E402
 
 HEADING = "## Front door: failed requests and held latency through switches"
 REAL_HEADING = "## Front door on the real engine (phantom, CPU)"
@@ -226,45 +224,47 @@ def table(rows: list[dict]) -> list[str]:
 
 def machine() -> str:
     haproxy = subprocess.run(["haproxy", "-v"], capture_output=True, text=True).stdout.splitlines()[0]
-    return (f"`benchmarks/front_door.py`, {date.today()}, {platform.machine()}, {os.cpu_count()} CPUs, Python "
-            f"{platform.python_version()}, {haproxy.split(' - ')[0]}")
+    return f"{measured_on('front_door.py')}, {haproxy.split(' - ')[0]}"
+
+
+def section(heading: str, intro: str, rows: list[dict], closing: str) -> str:
+    """A section of REPORT.md: its heading, what was measured and how, the table of switches, what it shows."""
+    return "\n".join([heading, "", intro, "", *table(rows), "", closing]) + "\n"
 
 
 def report(rows: list[dict]) -> str:
-    lines = [HEADING, "",
-             f"{machine()}; the simulated engine (load {LOAD_S:.0f} s), one client sending one request after another "
+    intro = (f"{machine()}; the simulated engine (load {LOAD_S:.0f} s), one client sending one request after another "
              f"(50 ms apart) through each switch, one run of each, on the shared development machine while other "
-             f"test suites ran (its noise is in the timings).", "", *table(rows)]
-    lines += ["", "Without `front` the client meets the switch: every attempt while no engine listens is refused "
-              "(failed), and a wrong-answer release answers it until the probe's verdict (bad). With `front` and "
-              "`overlap: off` (the road of a box that holds one engine, a Spark with the 80 GB model), HAProxy holds "
-              "what arrives from the moment the serving engine takes no new request (a hold server, refused, retried "
-              "every 250 ms) and sends it on once the new engine answered its smoke (`front.flip: after-smoke`; its "
-              "soak goes on while it serves) or the switch reverts (last good's slot): a held request waits for the "
-              "drain, the stop, the load and the smoke, not the soak (the section at a Spark's timings below). With `overlap: auto` and memory for two engines (the simulator's model fits twice), the new "
-              "engine loads and is probed beside the serving one and clients move once it passed: no request waits "
-              "for a load, and the wrong-answer release's candidate is stopped while last good serves on. "
-              f"The real engine: the next section ({REAL_HEADING.removeprefix('## ')})."]
-    return "\n".join(lines) + "\n"
+             f"test suites ran (its noise is in the timings).")
+    closing = ("Without `front` the client meets the switch: every attempt while no engine listens is refused "
+               "(failed), and a wrong-answer release answers it until the probe's verdict (bad). With `front` and "
+               "`overlap: off` (the road of a box that holds one engine, a Spark with the 80 GB model), HAProxy holds "
+               "what arrives from the moment the serving engine takes no new request (a hold server, refused, retried "
+               "every 250 ms) and sends it on once the new engine answered its smoke (`front.flip: after-smoke`; its "
+               "soak goes on while it serves) or the switch reverts (last good's slot): a held request waits for the "
+               "drain, the stop, the load and the smoke, not the soak (the section at a Spark's timings below). With `overlap: auto` and memory for two engines (the simulator's model fits twice), the new "
+               "engine loads and is probed beside the serving one and clients move once it passed: no request waits "
+               "for a load, and the wrong-answer release's candidate is stopped while last good serves on. "
+               f"The real engine: the next section ({REAL_HEADING.removeprefix('## ')}).")
+    return section(HEADING, intro, rows, closing)
 
 
 def real_report(rows: list[dict], phantom: Path) -> str:
-    lines = [REAL_HEADING, "",
-             f"{machine()}; the real engine (`make cpu`, upstream 8d57664 → b030961; the bad release is 8d57664 with "
+    intro = (f"{machine()}; the real engine (`make cpu`, upstream 8d57664 → b030961; the bad release is 8d57664 with "
              f"greedy sampling off by one) serving the phantom ({phantom.name}, ctx 1024, the disk KV cache on), one "
              f"client asking \"Hi\" (max_tokens 1, answered \" phantom\") one request after another through each "
              f"switch, one run of each. Held: latency above the steady median by more than {REAL_HELD_S:.0f} s (a "
-             f"token costs 2–10 s here).", "", *table(rows)]
-    lines += ["", "As on the simulator, with a CPU's seconds per token: without `front` the client's attempts fail "
-              "while no engine listens and the wrong-answer release answers it; with `front` nothing fails and "
-              "nothing wrong is answered. With `overlap: off` a request held through a switch waits for the drain of "
-              "the request in flight, the load and the probe's smoke answer. With `overlap: auto` the candidate "
-              "shares the phantom's mapping with the serving engine (a CPU build copies no weights), so a second "
-              "engine adds its KV and buffers only and loads beside the first; the two share the 2 cores while the "
-              "candidate is probed, which slows the client's requests but holds none. Few requests per switch (one "
-              "after another, seconds each), one run: the counts are small. The runs share one root: b030961 is "
-              "built in the first run's upgrade (the old engine serves meanwhile) and found built after."]
-    return "\n".join(lines) + "\n"
+             f"token costs 2–10 s here).")
+    closing = ("As on the simulator, with a CPU's seconds per token: without `front` the client's attempts fail "
+               "while no engine listens and the wrong-answer release answers it; with `front` nothing fails and "
+               "nothing wrong is answered. With `overlap: off` a request held through a switch waits for the drain of "
+               "the request in flight, the load and the probe's smoke answer. With `overlap: auto` the candidate "
+               "shares the phantom's mapping with the serving engine (a CPU build copies no weights), so a second "
+               "engine adds its KV and buffers only and loads beside the first; the two share the 2 cores while the "
+               "candidate is probed, which slows the client's requests but holds none. Few requests per switch (one "
+               "after another, seconds each), one run: the counts are small. The runs share one root: b030961 is "
+               "built in the first run's upgrade (the old engine serves meanwhile) and found built after.")
+    return section(REAL_HEADING, intro, rows, closing)
 
 
 # ------------------------------------------------------------------------------------------ a Spark's timings

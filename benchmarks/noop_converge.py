@@ -12,22 +12,19 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import date
 from pathlib import Path
 
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-from report_file import free_port, write_section  # noqa: E402 - benchmarks/ is on sys.path: run as a script
+from report_file import build_sim_repo, free_port, measured_on, write_section  # noqa: E402 - benchmarks/ is on sys.path: run as a script
 MODEL = REPO / "engine" / "models" / "tiny-ds4flash.gguf"
 HEADING = "## No-op converge time"
 
@@ -88,8 +85,7 @@ def summary(box: dict) -> dict:
 
 def report(rows: list[dict], runs: int) -> str:
     lines = [HEADING, "",
-             f"`benchmarks/noop_converge.py`, {date.today()}, {platform.machine()}, {os.cpu_count()} CPUs, "
-             f"Python {platform.python_version()}; wall time of the real CLI with --json (process start "
+             f"{measured_on('noop_converge.py')}; wall time of the real CLI with --json (process start "
              f"included) after a first converge: {runs} full no-ops (`--refresh`: spec validated, facts gathered, "
              f"every role planned) interleaved with {runs} answered from the receipt the full one wrote, and the "
              f"two boxes interleaved too.", "",
@@ -112,13 +108,10 @@ def main() -> None:
     parser.add_argument("--big-gib", type=float, default=4)
     parser.add_argument("--no-report", action="store_true")
     args = parser.parse_args()
-    spec = importlib.util.spec_from_file_location("make_sim_repo", REPO / "engine" / "make_sim_repo.py")
-    make_sim_repo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_sim_repo)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         os.environ["XDG_CACHE_HOME"] = str(work / "user-cache")  # the no-op receipts of this run, not ~/.cache's
-        make_sim_repo.build(work / "ds4-sim.git")
+        build_sim_repo(work / "ds4-sim.git")
         boxes = []
         try:
             boxes.append(converged(work, work / "ds4-sim.git", "small", 0))

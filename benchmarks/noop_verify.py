@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import tempfile
 import time
-from datetime import date
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-from report_file import write_section  # noqa: E402 - benchmarks/ is on sys.path: run as a script
+from report_file import measured_on, write_section  # noqa: E402 - benchmarks/ is on sys.path: run as a script
 HEADING = "## No-op verification cost"
 VOCAB = 129_280
 Q2_GIB = 81
@@ -101,8 +99,7 @@ def run(workdir: Path, big_bytes: int, repeat: int) -> list[tuple[str, str, str]
 
 def render(rows, big_bytes: int, repeat: int) -> str:
     lines = [HEADING, "",
-             f"`benchmarks/noop_verify.py`, {date.today().isoformat()}, {platform.machine()}, "
-             f"{os.cpu_count()} CPUs, Python {platform.python_version()}; medians of {repeat} runs "
+             f"{measured_on('noop_verify.py')}; medians of {repeat} runs "
              f"(cold big hash and GGUFReader: one run).", "",
              "| step | file | time |", "|---|---|---|"]
     lines += [f"| {step} | {size} | {t} |" for step, size, t in rows]

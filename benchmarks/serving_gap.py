@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import select
 import shutil
 import statistics
@@ -50,13 +49,12 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from datetime import date
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from report_file import free_port, write_section  # noqa: E402
+from report_file import free_port, measured_on, write_section  # noqa: E402
 
 SIM_SPEC = REPO / "spec" / "examples" / "sim.yaml"
 BIN = Path(sys.executable).parent
@@ -445,8 +443,7 @@ def prepare(box: Box, variants: Variants) -> None:
 
 def machine() -> str:
     load = os.getloadavg()
-    return (f"{date.today()}, {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-            f"load average at the start {load[0]:.1f}")
+    return f"{measured_on()}, load average at the start {load[0]:.1f}"
 
 
 def _ms(seconds: float) -> str:

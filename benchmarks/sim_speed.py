@@ -16,20 +16,16 @@ The real CLI runs every step (converge, bench, tune) through supervisord and HTT
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
-from datetime import date
 from pathlib import Path
 
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-from report_file import free_port, write_section  # noqa: E402 - benchmarks/ is on sys.path: run as a script
+from report_file import build_sim_repo, free_port, measured_on, write_section  # noqa: E402 - benchmarks/ is on sys.path: run as a script
 MODELS = REPO / "engine" / "models"
 HEADING = "## Bench and tune on the simulated engine"
 
@@ -142,8 +138,7 @@ def report(found: dict, scale: float, reps: int) -> str:
     scaled = "" if scale == 1 else (f" **Time scale {scale:g}: every rate is {1 / scale:g}x the profile's, every "
                                     f"time {scale:g}x.**")
     lines = [HEADING, "",
-             f"`benchmarks/sim_speed.py`, {date.today()}, {platform.machine()}, {os.cpu_count()} CPUs, Python "
-             f"{platform.python_version()}; the real CLI against the simulated fork (v0.2.0, ctx 16384), "
+             f"{measured_on('sim_speed.py')}; the real CLI against the simulated fork (v0.2.0, ctx 16384), "
              f"{reps} rounds per case, 64-token answers; median (min–max).{scaled}", "",
              "Profile *spark* (`DS4_SIM_*`: decode 15.3 tok/s, prefill 722 tok/s, MTP accept 0.3 / overhead 0.35, "
              "DSpark accept 0.58 / overhead 0.15, batch slowdown 0.43), speculation off:", "",
@@ -173,12 +168,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--no-report", action="store_true")
     args = parser.parse_args()
-    spec = importlib.util.spec_from_file_location("make_sim_repo", REPO / "engine" / "make_sim_repo.py")
-    make_sim_repo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_sim_repo)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        make_sim_repo.build(work / "ds4-sim.git")
+        build_sim_repo(work / "ds4-sim.git")
         found = run(work, work / "ds4-sim.git", args.scale, args.reps)
     text = report(found, args.scale, args.reps)
     print(text)

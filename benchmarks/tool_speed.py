@@ -21,18 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import date
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-from report_file import free_port, write_section  # noqa: E402 - benchmarks/ is on sys.path: run as a script
+from report_file import free_port, measured_on, write_section  # noqa: E402 - benchmarks/ is on sys.path: run as a script
 SPEC = REPO / "spec" / "examples" / "sim.yaml"
 BIN = Path(sys.executable).parent
 # the name the installed ds4-converge script runs as: the supervisord config renders the interpreter's path, and
@@ -150,8 +148,7 @@ def import_floor(runs: int = 9) -> dict[str, float]:
 
 def machine() -> str:
     load = os.getloadavg()
-    return (f"{date.today()}, {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-            f"load average at the start {load[0]:.1f}")
+    return f"{measured_on()}, load average at the start {load[0]:.1f}"
 
 
 def noop_report(result: dict, json_imports: list[str], text_imports: list[str], floor: dict[str, float], runs: int,

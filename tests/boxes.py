@@ -9,6 +9,7 @@ import random
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -118,6 +119,19 @@ class Box:
         proc = self.cli(str(self.spec_path), "--json", *extra, env=env)
         return proc.returncode, report_document(proc)
 
+    def converge_holding_the_lock(self) -> subprocess.Popen:
+        """`ds4-converge SPEC --json` in the background, its engine loading for 4 s, returned once it holds this
+        root's lock (or 30 s passed): what a second run meets. The caller waits for it."""
+        self.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"] = "4"
+        self.write()
+        first = subprocess.Popen([sys.executable, "-m", "ds4_converge.cli", str(self.spec_path), "--json"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lock = self.root / "converge.lock"
+        deadline = time.monotonic() + 30
+        while not (lock.exists() and lock.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return first
+
     def json(self, *args: str) -> tuple[int, dict]:
         """Any command with --json: (exit code, its schema-checked document)."""
         proc = self.cli(*args, "--json")
@@ -157,6 +171,19 @@ def reachable_box(repo: Path):
 
 
 FRONT_KEY = "sk-test-front-0123456789"
+
+
+def sim_variant(sim_repo: Path, clone: Path, makefile_tail: str, tag: str) -> str:
+    """A clone of the simulated engine whose v0.2.0 Makefile ends with `makefile_tail`, committed and tagged `tag`:
+    a release that does something a release must not."""
+    git = ["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "clone", "-q", str(sim_repo), str(clone)], check=True)
+    subprocess.run([*git, "checkout", "-q", "v0.2.0"], check=True)
+    with open(clone / "Makefile", "a") as handle:
+        handle.write(makefile_tail)
+    subprocess.run([*git, "commit", "-qam", tag], check=True)
+    subprocess.run([*git, "tag", tag], check=True)
+    return str(clone)
 
 
 def with_front(box: Box) -> Box:

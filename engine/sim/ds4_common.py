@@ -467,33 +467,30 @@ class _Meta:
         t = self.g.types.get(key)
         return (None, None, None) if t is None else (t[0], t[1], self.g.kv[key])
 
-    def u32(self, key):
+    def required(self, key, types=None):
+        """The key's type and value; missing (or, with `types`, of another type) is the engine's 'missing'."""
         t, _, v = self.typed(key)
-        if t != U32:
+        if t is None or (types is not None and t not in types):
             die("ds4: required metadata key is missing: %s" % key, 1)
-        return v
+        return t, v
+
+    def u32(self, key):
+        return self.required(key, (U32,))[1]
 
     def u64(self, key):
-        t, _, v = self.typed(key)
-        if t is None:
-            die("ds4: required metadata key is missing: %s" % key, 1)
+        t, v = self.required(key)
         if t not in (U64, U32):
             die("ds4: metadata key has a non-integer type: %s" % key, 1)
         return v
 
     def f32(self, key):
-        t, _, v = self.typed(key)
-        if t is None:
-            die("ds4: required metadata key is missing: %s" % key, 1)
+        t, v = self.required(key)
         if t not in (F32, F64, U32, I32):
             die("ds4: metadata key has a non-float type %d: %s" % (t, key), 1)
         return _f32(float(v))
 
     def bool(self, key):
-        t, _, v = self.typed(key)
-        if t != BOOL:
-            die("ds4: required metadata key is missing: %s" % key, 1)
-        return bool(v)
+        return bool(self.required(key, (BOOL,))[1])
 
 
 def _expect_u32(name, got, want):
@@ -555,13 +552,18 @@ def validate_main(g):
         die("ds4: expected expert_weights_norm=true for DeepSeek4 Flash, got false", 1)
 
 
-def _compress_ratios(m):
-    key = "deepseek4.attention.compress_ratios"
+def _layer_array(m, key, item_types, kind):
+    """A per-layer metadata array as the engine requires it: of `kind`, at least one value per layer."""
     t, it, v = m.typed(key)
-    if t != ARRAY or it not in (U32, I32):
-        die("ds4: required int32/uint32 array metadata key is missing: %s" % key, 1)
+    if t != ARRAY or it not in item_types:
+        die("ds4: required %s array metadata key is missing: %s" % (kind, key), 1)
     if len(v) < N_LAYER:
-        die("ds4: deepseek4.attention.compress_ratios is shorter than the layer count", 1)
+        die("ds4: %s is shorter than the layer count" % key, 1)
+    return v
+
+
+def _compress_ratios(m):
+    v = _layer_array(m, "deepseek4.attention.compress_ratios", (U32, I32), "int32/uint32")
     for il in range(N_LAYER):
         if v[il] < 0:
             die("ds4: metadata array contains a negative value", 1)
@@ -571,12 +573,7 @@ def _compress_ratios(m):
 
 
 def _swiglu_clamp(m):
-    key = "deepseek4.swiglu_clamp_exp"
-    t, it, v = m.typed(key)
-    if t != ARRAY or it not in (F32, F64):
-        die("ds4: required float array metadata key is missing: %s" % key, 1)
-    if len(v) < N_LAYER:
-        die("ds4: deepseek4.swiglu_clamp_exp is shorter than the layer count", 1)
+    v = _layer_array(m, "deepseek4.swiglu_clamp_exp", (F32, F64), "float")
     for il in range(N_LAYER):
         _expect_f32("swiglu_clamp_exp", _f32(float(v[il])), 10.0)
 

@@ -10,16 +10,16 @@ With KEYFILE, every request carries `Authorization: Bearer KEY` (a box with its 
 Two clients send POST URL/v1/chat/completions one after another (a new connection each, as the engine serves one
 request per connection), each answer's status, its X-Ds4-Server header (the server HAProxy chose) and when it
 started and ended; a poller reads `show stat` from HAProxy's admin socket every 50 ms (each server's status:
-UP, DOWN, MAINT, DRAIN). Bounded: it ends by itself after MAX_SECONDS or MAX_REQUESTS, loopback only.
+UP, DOWN, MAINT, DRAIN), through the collection's runtime client (plugins/module_utils/haproxy_runtime.py, the one
+the module haproxy_server uses). Bounded: it ends by itself after MAX_SECONDS or MAX_REQUESTS, loopback only.
 """
 from __future__ import annotations
 
-import csv
 import http.client
+import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -36,22 +36,13 @@ BODY = json.dumps({"model": "deepseek-v4-flash", "max_tokens": 4, "stream": Fals
                    "messages": [{"role": "user", "content": "ping"}]}).encode()
 
 
-def ask(path: str, command: str) -> str:
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.settimeout(5)
-        sock.connect(path)
-        sock.sendall(command.encode() + b"\n")
-        chunks = []
-        while data := sock.recv(65536):
-            chunks.append(data)
-    return b"".join(chunks).decode()
-
-
-def server_states(path: str) -> dict[str, str]:
-    lines = ask(path, "show stat").splitlines()
-    header = lines[0][2:].split(",")
-    return {row["svname"]: row["status"] for row in (dict(zip(header, r)) for r in csv.reader(lines[1:]))
-            if row.get("svname") not in ("FRONTEND", "BACKEND", None)}
+def _runtime_client():
+    """plugins/module_utils/haproxy_runtime.py of this checkout, loaded as a plain file (it needs no Ansible)."""
+    path = Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / "haproxy_runtime.py"
+    spec = importlib.util.spec_from_file_location("haproxy_runtime", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.RuntimeClient
 
 
 def run(state: Path, url: str, admin: str, key_file: str | None = None) -> None:
@@ -86,11 +77,13 @@ def run(state: Path, url: str, admin: str, key_file: str | None = None) -> None:
                 if len(answers) >= MAX_REQUESTS:
                     stop.set()
 
+    haproxy = _runtime_client()(admin, timeout=5)
+
     def poller() -> None:
         while not stop.is_set() and time.monotonic() < deadline:
             try:
-                polls.append({"at": time.time(), "servers": server_states(admin)})
-            except OSError as exc:
+                polls.append({"at": time.time(), "servers": haproxy.statuses()})
+            except (OSError, ValueError) as exc:  # no socket yet, or an answer that is not `show stat`'s
                 polls.append({"at": time.time(), "error": str(exc)})
             time.sleep(POLL_S)
 

@@ -225,14 +225,10 @@ detail:
   type: str
 """
 
-import json
-import os
-import tempfile
-
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.ds4.converge.plugins.module_utils.cli_runner import CliRunner, failure_message, find_executable
+from ansible_collections.ds4.converge.plugins.module_utils.spec_file import SpecFile, render_spec
 
-MEANING = {1: "failed", 2: "invalid spec or usage", 3: "another ds4-converge run holds the lock of this root",
-           4: "never converged under this root"}
 ARGUMENT_SPEC = dict(
     spec=dict(type="dict"),
     spec_source=dict(type="str", default="spec"),
@@ -242,74 +238,75 @@ ARGUMENT_SPEC = dict(
     executable=dict(type="path"),
     state=dict(type="str", choices=["converged", "stopped", "rolled_back"], default="converged"),
 )
-# the tool's command for each state, and the read-only command that predicts it in check mode
-COMMAND = {"converged": [], "stopped": ["stop"], "rolled_back": ["rollback"]}
 
 
-def render_spec(spec):
-    """The spec file's text: stable for the same dict, so a second run finds nothing to change."""
-    try:
-        import yaml
-    except ImportError:
-        return json.dumps(spec, indent=2, sort_keys=True) + "\n"
-    header = "# Written by Ansible (module ds4_converge): edit the play's spec, not this file.\n"
-    return header + yaml.safe_dump(spec, sort_keys=True, default_flow_style=False, indent=2)
+def converged(module, runner, path):
+    """`ds4-converge PATH` (with --check and --diff as the task runs); changed as the report says."""
+    run = runner([], path, check=module.check_mode, diff=module._diff)
+    return run, bool(run.report and run.report.get("changed"))
 
 
-def read_text(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
+def stopped(module, runner, path):
+    """`ds4-converge stop PATH`; changed when something ran."""
+    if module.check_mode:
+        return predict(runner, "stopped", path)
+    run = runner(["stop"], path)
+    return run, bool(run.report and run.report.get("stopped"))
 
 
-def write_scratch(directory, path, text, kind):
-    """A scratch copy of the new spec beside the real file (relative paths in it resolve the same)."""
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s.%s." % (os.path.basename(path), kind), suffix=".yaml")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    return tmp
+def rolled_back(module, runner, path):
+    """`ds4-converge rollback PATH`: an action, changed whenever it rolled back."""
+    if module.check_mode:
+        return predict(runner, "rolled_back", path)
+    run = runner(["rollback"], path)
+    return run, bool(run.report and run.report.get("changed"))
 
 
-def find_executable(module):
-    if module.params["executable"]:
-        return module.params["executable"]
-    return module.get_bin_path("ds4-converge", required=True, opt_dirs=["/opt/ds4-converge/bin"])
+STATES = {"converged": converged, "stopped": stopped, "rolled_back": rolled_back}
 
 
-def run_tool(module, executable, command, spec_path, check=False, diff=False):
-    """`ds4-converge [COMMAND] SPEC --json ...` and its one JSON document (None when it printed none)."""
-    cmd = [executable] + command + [spec_path, "--json"]
-    cmd += ["--check"] if check else []
-    cmd += ["--diff"] if diff else []
-    for override in module.params["overrides"]:
-        cmd += ["--set", override]
-    rc, out, err = module.run_command(cmd, environ_update={"NO_COLOR": "1", "TERM": "dumb"})
-    try:
-        report = json.loads(out) if out.lstrip().startswith("{") else None
-    except ValueError:
-        report = None
-    return cmd, rc, out, err, report
-
-
-def predict(module, executable, state, spec_path):
+def predict(runner, state, path):
     """Check mode for stopped and rolled_back: what `status` (read-only) says the command would do."""
-    cmd, rc, out, err, status = run_tool(module, executable, ["status"], spec_path)
-    if status is None or rc not in (0, 1, 4):
-        return cmd, rc, out, err, status, False
-    never = bool(status.get("never_converged"))
+    run = runner(["status"], path)
+    status = run.report
+    if status is None or run.rc not in (0, 1, 4):
+        return run, False
     if state == "stopped":
-        return cmd, 0, out, err, status, status.get("pid") is not None
-    if never:  # rollback fails the same way for real: nothing to roll back to
-        return cmd, 4, out, err, status, False
-    return cmd, 0, out, err, status, True
+        return run._replace(rc=0), status.get("pid") is not None
+    if status.get("never_converged"):  # rollback fails the same way for real: nothing to roll back to
+        return run._replace(rc=4), False
+    return run._replace(rc=0), True
 
 
-def diffs(spec_path, before, after, report):
+def spec_to_run(module, runner, spec_file):
+    """The spec file the tool reads: a scratch copy of a new spec in check mode, else the real file - replaced by
+    a new spec once `ds4-converge validate` accepts it (an invalid one fails the task here, nothing replaced)."""
+    if not spec_file.changed:
+        return spec_file.path
+    if module.check_mode:
+        return spec_file.scratch_for_check()
+
+    def refusal(scratch):
+        run = runner(["validate"], scratch)
+        return (run, scratch) if run.rc != 0 else None
+
+    refused = spec_file.install(refusal)
+    if refused is not None:
+        refused, scratch = refused
+        invalid = dict(changed=False, spec_changed=False, state=module.params["state"], rc=refused.rc, release=None,
+                       endpoint=None, reverted=False, stderr=refused.err,
+                       cmd=[spec_file.path if part == scratch else part for part in refused.cmd],
+                       **(dict(spec_text=spec_file.after) if refused.rc == 2 else {}))
+        module.fail_json(msg=failure_message(refused, spec_file.path, scratch, module.params["spec_source"]),
+                         **invalid)
+    return spec_file.path
+
+
+def diffs(spec_file, report):
     found = []
-    if after is not None and before != after:
-        found.append(dict(before_header=spec_path, after_header=spec_path, before=before or "", after=after))
+    if spec_file.after is not None and spec_file.before != spec_file.after:
+        found.append(dict(before_header=spec_file.path, after_header=spec_file.path, before=spec_file.before or "",
+                          after=spec_file.after))
     # the tool renders its own unified diffs (with their before/after headers): Ansible shows them as they are
     for role in (report or {}).get("roles", []):
         if role.get("diff"):
@@ -317,131 +314,45 @@ def diffs(spec_path, before, after, report):
     return found
 
 
-def failure_message(rc, report, err, out, spec_path, shown_path, candidate=None):
-    """The tool's reason, one line. `shown_path` is the file the tool read; a scratch copy of a new spec is named
-    as `candidate` (what produced it: the file at spec_path does not hold that text), anything else as spec_path."""
-    if report is not None and report.get("error"):
-        # a log tail sits between the error's first line (what failed) and its last (what the revert did)
-        lines = report["error"].strip().splitlines()
-        reason = lines[0].strip() + (" … " + lines[-1].strip() if len(lines) > 1 else "")
-    else:
-        lines = [line.strip() for line in (err or out or "no output").strip().splitlines()] or ["no output"]
-        if lines[0].startswith("Traceback"):  # the tool crashed: what it died of is the last line
-            reason = "crashed: " + lines[-1]
-        else:  # invalid spec, lock held: every line is a problem of its own (file:line:col: field: ...)
-            reason = "; ".join(lines[:20])
-    message = "ds4-converge exited %d (%s): %s" % (rc, MEANING.get(rc, "unexpected exit"), reason)
-    if report is not None and rc not in (2, 3):  # a run that stopped before it began changed nothing
-        reverted = str(bool(report.get("reverted"))).lower()
-        message += " | reverted: %s | serving: %s" % (reverted, report.get("release") or "nothing")
-    if rc == 1:
-        message += " | details: ds4-converge logs %s" % spec_path
-    if shown_path == spec_path:
-        return message
-    if candidate is None or rc != 2:  # only an invalid spec's messages point into the new text
-        return message.replace(shown_path, spec_path)
-    return (message.replace(shown_path, "<new spec from %s>" % candidate)
-            + " | not written: %s holds the spec before (the new spec's text: spec_text)" % spec_path)
-
-
-def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    params = module.params
-    state = params["state"]
-    spec_path = params["path"]
-    directory = os.path.dirname(spec_path) or "."
-    executable = find_executable(module)
-
-    before = read_text(spec_path)
-    after = render_spec(params["spec"]) if params["spec"] is not None else None
-    if after is None and before is None:
-        module.fail_json(msg="no spec: give `spec`, or put a spec file at %s" % spec_path)
-    spec_changed = after is not None and after != before
-    candidate = params["spec_source"] if spec_changed else None  # what the tool reads is not the file at spec_path
-
-    scratch_dir = scratch = made_dir = None
-    run_path = spec_path
-    predicted = False
-    try:
-        if module.check_mode and spec_changed:
-            # plan against the NEW spec without touching the real file: a scratch copy beside it (so relative
-            # paths resolve the same), or in the module's temporary directory when its directory is missing
-            if not os.path.isdir(directory):
-                scratch_dir = tempfile.mkdtemp(prefix="ds4-converge-check.", dir=module.tmpdir)
-            scratch = write_scratch(scratch_dir or directory, spec_path, after, "check")
-            run_path = scratch
-        elif spec_changed:
-            # validated before it replaces the host's spec (atomically: the tool never reads half a spec), so an
-            # invalid spec leaves the file, and every command that reads it, as they were
-            if not os.path.isdir(directory):
-                os.makedirs(directory, mode=0o755)
-                made_dir = directory
-            scratch = write_scratch(directory, spec_path, after, "new")
-            cmd, rc, out, err, report = run_tool(module, executable, ["validate"], scratch)
-            if rc != 0:
-                invalid = dict(changed=False, spec_changed=False, state=state, rc=rc, release=None, endpoint=None,
-                               reverted=False, stderr=err, cmd=[spec_path if part == scratch else part for part in cmd],
-                               **(dict(spec_text=after) if rc == 2 else {}))
-                module.fail_json(msg=failure_message(rc, report, err, out, spec_path, scratch, candidate), **invalid)
-            module.atomic_move(scratch, spec_path)
-            scratch = None
-        file_args = module.load_file_common_arguments(dict(path=spec_path, mode=params["mode"]))
-        attrs_changed = False
-        if os.path.exists(spec_path):
-            attrs_changed = module.set_fs_attributes_if_different(file_args, False)
-        if state == "converged":
-            cmd, rc, out, err, report = run_tool(module, executable, [], run_path, check=module.check_mode,
-                                                 diff=module._diff)
-        elif module.check_mode:
-            cmd, rc, out, err, report, predicted = predict(module, executable, state, run_path)
-        else:
-            cmd, rc, out, err, report = run_tool(module, executable, COMMAND[state], run_path)
-    finally:
-        if scratch:
-            os.unlink(scratch)
-        if scratch_dir:
-            os.rmdir(scratch_dir)
-        if made_dir and not os.path.exists(spec_path):
-            os.rmdir(made_dir)
-
-    report = report or None
-    if state == "converged":
-        tool_changed = bool(report and report.get("changed"))
-    elif module.check_mode:
-        tool_changed = predicted
-    elif state == "stopped":
-        tool_changed = bool(report and report.get("stopped"))
-    else:
-        tool_changed = bool(report and report.get("changed"))
-    result = dict(
-        changed=spec_changed or attrs_changed or tool_changed,
-        spec_changed=spec_changed,
-        state=state,
-        cmd=[spec_path if part == run_path else part for part in cmd],
-        rc=rc,
-        release=(report or {}).get("release"),
-        endpoint=(report or {}).get("endpoint"),
-        front=(report or {}).get("front"),
-        reverted=bool((report or {}).get("reverted")),
-    )
+def finish(module, spec_file, run, run_path, changed):
+    """The task's result from the tool's run, and whether it failed."""
+    report = run.report
+    result = dict(changed=changed, spec_changed=spec_file.changed, state=module.params["state"],
+                  cmd=[spec_file.path if part == run_path else part for part in run.cmd], rc=run.rc,
+                  release=(report or {}).get("release"), endpoint=(report or {}).get("endpoint"),
+                  front=(report or {}).get("front"), reverted=bool((report or {}).get("reverted")))
     if report is not None:
         # the roles' diffs are shown in diff mode (below), not repeated in every result
         result["report"] = dict(report, roles=[dict((k, v) for k, v in role.items() if k != "diff")
                                                for role in report.get("roles", [])])
     if module._diff:
-        result["diff"] = diffs(spec_path, before, after, report)
+        result["diff"] = diffs(spec_file, report)
     # status's own "ok" is "healthy": in check mode a stopped or unhealthy box is an answer, not a failure
-    succeeded = rc == 0 and report is not None and (bool(report.get("ok")) or module.check_mode)
-    if not succeeded:
-        result["stderr"] = err
-        if report is not None and report.get("detail"):
-            result["detail"] = report["detail"]
-        if report is None:
-            result["stdout"] = out
-        if rc == 2 and run_path != spec_path:
-            result["spec_text"] = after
-        module.fail_json(msg=failure_message(rc, report, err, out, spec_path, run_path, candidate), **result)
-    module.exit_json(**result)
+    if run.rc == 0 and report is not None and (bool(report.get("ok")) or module.check_mode):
+        module.exit_json(**result)
+    result["stderr"] = run.err
+    if report is not None and report.get("detail"):
+        result["detail"] = report["detail"]
+    if report is None:
+        result["stdout"] = run.out
+    if run.rc == 2 and run_path != spec_file.path:
+        result["spec_text"] = spec_file.after
+    candidate = module.params["spec_source"] if spec_file.changed else None  # the tool read the new text
+    module.fail_json(msg=failure_message(run, spec_file.path, run_path, candidate), **result)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    runner = CliRunner(module, find_executable(module), params["overrides"])
+    after = render_spec(params["spec"]) if params["spec"] is not None else None
+    with SpecFile(module, params["path"], after) as spec_file:
+        if after is None and spec_file.before is None:
+            module.fail_json(msg="no spec: give `spec`, or put a spec file at %s" % spec_file.path)
+        run_path = spec_to_run(module, runner, spec_file)
+        attributes_changed = spec_file.set_attributes(params["mode"])
+        run, tool_changed = STATES[params["state"]](module, runner, run_path)
+    finish(module, spec_file, run, run_path, spec_file.changed or attributes_changed or tool_changed)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,8 @@ attributes:
     support: full
     details: The server's state before and after.
 notes:
-  - Talks to the socket with Python's standard library only (no socat).
+  - Talks to the socket with Python's standard library only (no socat), through the collection's runtime client
+    (C(plugins/module_utils/haproxy_runtime.py)).
 """
 
 EXAMPLES = r"""
@@ -100,126 +101,96 @@ waited_s:
   type: float
 """
 
-import csv
-import socket
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.ds4.converge.plugins.module_utils.haproxy_runtime import RuntimeClient, admin_state
 
 POLL_S = 0.2
+ARGUMENT_SPEC = dict(
+    socket=dict(type="path", required=True),
+    backend=dict(type="str", required=True),
+    server=dict(type="str", required=True),
+    state=dict(type="str", choices=["ready", "drain", "maint"], required=True),
+    wait=dict(type="bool", default=True),
+    timeout=dict(type="int", default=60),
+)
 
 
-def ask(path, command, timeout=10):
-    """One command on the runtime API (non-interactive: HAProxy answers, then closes the connection)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
-        sock.connect(path)
-        sock.sendall((command + "\n").encode())
-        chunks = []
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                break
-            chunks.append(data)
-    finally:
-        sock.close()
-    return b"".join(chunks).decode("utf-8", "replace")
+class Server(object):
+    """The server this task moves: its state read, set and waited for on the runtime API; every failure ends the
+    task with HAProxy's words and what the result holds so far."""
+
+    def __init__(self, module, result):
+        params = module.params
+        self.module, self.result = module, result
+        self.client = RuntimeClient(params["socket"])
+        self.backend, self.server = params["backend"], params["server"]
+        self.name = "%s/%s" % (self.backend, self.server)
+        self.started = time.monotonic()
+        self.deadline = self.started + params["timeout"]
+
+    def current(self):
+        try:
+            row = self.client.server(self.backend, self.server)
+        except (OSError, ValueError) as exc:
+            self.module.fail_json(msg="HAProxy's runtime API at %s: %s" % (self.client.path, exc))
+        if row is None:
+            self.module.fail_json(msg="HAProxy has no server %s (show stat)" % self.name)
+        return admin_state(row)
+
+    def set_state(self, state):
+        answer = self.client.set_state(self.backend, self.server, state)
+        if answer:  # HAProxy says nothing when the command worked
+            self.module.fail_json(msg="HAProxy refused 'set server %s state %s': %s" % (self.name, state, answer),
+                                  **self.result)
+
+    def wait_until(self, done, what):
+        now = self.current()
+        while not done(now):
+            if time.monotonic() >= self.deadline:
+                self.result.update(after=now, waited_s=self.waited_s())
+                self.module.fail_json(msg="%s: not %s within %ss (status %s, %d sessions)"
+                                      % (self.name, what, self.module.params["timeout"], now["status"],
+                                         now["sessions"]), **self.result)
+            time.sleep(POLL_S)
+            now = self.current()
+        return now
+
+    def waited_s(self):
+        return round(time.monotonic() - self.started, 2)
 
 
-def server_row(path, backend, server):
-    """The server's line of `show stat` (a dict by CSV header), or None."""
-    text = ask(path, "show stat")
-    lines = text.splitlines()
-    if not lines or not lines[0].startswith("# "):
-        raise ValueError("unexpected answer to 'show stat': %s" % text.strip()[:200])
-    header = lines[0][2:].split(",")
-    for row in csv.reader(lines[1:]):
-        found = dict(zip(header, row))
-        if found.get("pxname") == backend and found.get("svname") == server:
-            return found
-    return None
-
-
-def state_of(row):
-    status = row.get("status", "")
-    sessions = int(row.get("scur") or 0)
-    if status.startswith("MAINT"):
-        state = "maint"
-    elif status.startswith("DRAIN"):
-        state = "drain"
-    else:
-        state = "ready"
-    return dict(state=state, status=status, sessions=sessions)
+def move(server, before, wanted, wait):
+    """From `before` to `wanted`: drain first (new requests go elsewhere, running ones finish), wait as asked."""
+    if wanted in ("drain", "maint"):
+        if before["state"] == "ready":
+            server.set_state("drain")
+        if wait:
+            server.wait_until(lambda now: now["sessions"] == 0, "idle")
+        if wanted == "maint" and before["state"] != "maint":
+            server.set_state("maint")
+    elif before["state"] != wanted:
+        server.set_state("ready")
+    if wanted == "ready" and wait:
+        server.wait_until(lambda now: now["status"].startswith("UP") or now["status"] == "no check", "up")
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            socket=dict(type="path", required=True),
-            backend=dict(type="str", required=True),
-            server=dict(type="str", required=True),
-            state=dict(type="str", choices=["ready", "drain", "maint"], required=True),
-            wait=dict(type="bool", default=True),
-            timeout=dict(type="int", default=60),
-        ),
-        supports_check_mode=True,
-    )
-    params = module.params
-    path, backend, server, wanted = params["socket"], params["backend"], params["server"], params["state"]
-    name = "%s/%s" % (backend, server)
-
-    def current():
-        try:
-            row = server_row(path, backend, server)
-        except (OSError, ValueError) as exc:
-            module.fail_json(msg="HAProxy's runtime API at %s: %s" % (path, exc))
-        if row is None:
-            module.fail_json(msg="HAProxy has no server %s (show stat)" % name)
-        return state_of(row)
-
-    before = current()
-    changed = before["state"] != wanted
-    result = dict(changed=changed, before=before, after=before, waited_s=0.0)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    wanted = module.params["state"]
+    result = dict(changed=False, waited_s=0.0)
+    server = Server(module, result)
+    before = server.current()
+    result.update(changed=before["state"] != wanted, before=before, after=before)
     if module._diff:
-        result["diff"] = dict(before="%s: %s\n" % (name, before["state"]), after="%s: %s\n" % (name, wanted))
+        result["diff"] = dict(before="%s: %s\n" % (server.name, before["state"]),
+                              after="%s: %s\n" % (server.name, wanted))
     if module.check_mode:
         result["after"] = dict(before, state=wanted)
         module.exit_json(**result)
-
-    started = time.monotonic()
-    deadline = started + params["timeout"]
-
-    def set_state(state):
-        answer = ask(path, "set server %s state %s" % (name, state)).strip()
-        if answer:  # HAProxy says nothing when the command worked
-            module.fail_json(msg="HAProxy refused 'set server %s state %s': %s" % (name, state, answer), **result)
-
-    def wait_until(done, what):
-        now = current()
-        while not done(now):
-            if time.monotonic() >= deadline:
-                result["after"] = now
-                result["waited_s"] = round(time.monotonic() - started, 2)
-                module.fail_json(msg="%s: not %s within %ss (status %s, %d sessions)"
-                                 % (name, what, params["timeout"], now["status"], now["sessions"]), **result)
-            time.sleep(POLL_S)
-            now = current()
-        return now
-
-    if wanted in ("drain", "maint"):
-        if before["state"] == "ready":
-            set_state("drain")  # new requests go elsewhere, running ones finish
-        if params["wait"]:
-            wait_until(lambda now: now["sessions"] == 0, "idle")
-        if wanted == "maint" and before["state"] != "maint":
-            set_state("maint")
-    elif changed:
-        set_state("ready")
-    if wanted == "ready" and params["wait"]:
-        wait_until(lambda now: now["status"].startswith("UP") or now["status"] == "no check", "up")
-    result["after"] = current()
-    result["waited_s"] = round(time.monotonic() - started, 2)
+    move(server, before, wanted, module.params["wait"])
+    result.update(after=server.current(), waited_s=server.waited_s())
     module.exit_json(**result)
 
 

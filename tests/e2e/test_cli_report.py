@@ -58,14 +58,7 @@ def test_a_bad_override_and_a_bad_flag_are_documents_too(box):
 
 
 def test_a_held_lock_names_its_holder_in_the_document(box):
-    box.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"] = "4"
-    box.write()
-    first = subprocess.Popen([sys.executable, "-m", "ds4_converge.cli", str(box.spec_path), "--json"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lock = box.root / "converge.lock"
-    deadline = time.monotonic() + 30
-    while not (lock.exists() and lock.read_text().strip()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    first = box.converge_holding_the_lock()
     rc, document = box.json(str(box.spec_path))
     assert rc == 3 and document["aborted"] == "locked" and document["holder_pid"] == first.pid, document
     assert first.wait(timeout=120) == 0

@@ -1,8 +1,5 @@
 """Converge one box for real: from scratch, no-op, changes, upgrades, check mode, locks."""
 from pathlib import Path
-import subprocess
-import sys
-import time
 
 import requests
 
@@ -45,13 +42,20 @@ def test_ctx_change_restarts_and_stays_healthy(box):
     assert engine["status"] == "ok", "a ctx change must not rebuild"
 
 
-def test_upgrade_builds_a_new_release_and_keeps_the_old(box):
+def _upgraded(box) -> tuple[dict, dict]:
+    """Converged on v0.2.0, then on v0.3.0: both reports (each run exited 0)."""
     rc, old = box.converge()
-    assert rc == 0
+    assert rc == 0, old
     box.spec["engine"]["ref"] = "v0.3.0"
     box.write()
     rc, new = box.converge()
-    assert rc == 0 and new["release"] != old["release"], new
+    assert rc == 0, new
+    return old, new
+
+
+def test_upgrade_builds_a_new_release_and_keeps_the_old(box):
+    old, new = _upgraded(box)
+    assert new["release"] != old["release"], new
     releases = {p.name for p in (box.root / "releases").iterdir()}
     assert {old["release"], new["release"]} <= releases
     assert box.status()["last_good"] == new["release"]
@@ -92,14 +96,7 @@ def test_invalid_spec_exits_2_with_position_and_touches_nothing(box):
 
 
 def test_a_concurrent_run_exits_3_naming_the_holder(box):
-    box.spec["server"]["env"]["DS4_SIM_LOAD_SECONDS"] = "4"
-    box.write()
-    first = subprocess.Popen([sys.executable, "-m", "ds4_converge.cli", str(box.spec_path), "--json"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lock = box.root / "converge.lock"
-    deadline = time.monotonic() + 30
-    while not (lock.exists() and lock.read_text().strip()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    first = box.converge_holding_the_lock()
     second = box.cli(str(box.spec_path))
     assert second.returncode == 3
     assert f"pid {first.pid}" in second.stderr
@@ -107,12 +104,7 @@ def test_a_concurrent_run_exits_3_naming_the_holder(box):
 
 
 def test_rollback_goes_back_to_the_previous_good_release(box):
-    rc, old = box.converge()
-    assert rc == 0
-    box.spec["engine"]["ref"] = "v0.3.0"
-    box.write()
-    rc, new = box.converge()
-    assert rc == 0
+    old, _ = _upgraded(box)
     proc = box.cli("rollback", str(box.spec_path), "--json")
     document = report_document(proc)
     assert proc.returncode == 0 and document["release"] == old["release"], document

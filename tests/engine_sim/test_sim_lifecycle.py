@@ -48,13 +48,18 @@ def test_sigterm_during_load_waits_for_the_load(start, upstream):
     assert log.index("listening on") < log.index("shutdown requested, draining requests")
 
 
+def _second_signal_exits_130(p, second, settle_s: float) -> None:
+    """A first SIGTERM only sets a flag (the process lives on); a second signal ends it with 130 at once."""
+    p.p.send_signal(signal.SIGTERM)
+    time.sleep(settle_s)
+    assert p.p.poll() is None
+    assert p.stop(second, timeout=5) == 130
+
+
 def test_second_signal_exits_130_at_once(start, upstream):
     p, port = start(upstream, env={"DS4_SIM_LOAD_SECONDS": "60"})
     assert p.wait_for("ds4: CPU backend: mapping", 10), p.log()
-    p.p.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
-    assert p.p.poll() is None
-    assert p.stop(signal.SIGINT, timeout=5) == 130
+    _second_signal_exits_130(p, signal.SIGINT, settle_s=0.3)
 
 
 def test_sigterm_cuts_running_stream(start, upstream):
@@ -110,10 +115,7 @@ def test_fault_hang_never_binds_and_outlives_sigterm(start, fork):
     assert s.connect_ex(("127.0.0.1", port)) != 0
     s.close()
     assert "listening" not in p.log()
-    p.p.send_signal(signal.SIGTERM)
-    time.sleep(1.0)
-    assert p.p.poll() is None
-    assert p.stop(signal.SIGTERM, timeout=5) == 130
+    _second_signal_exits_130(p, signal.SIGTERM, settle_s=1.0)
 
 
 def test_fault_wrong_model(start, fork):

@@ -6,6 +6,9 @@ what Ansible validates (options, types, defaults; the role's defaults). Behaviou
 with a local connection against the simulated engine's repository - check mode plans without touching the spec
 file or the root, diff mode shows both, and failures carry the tool's own words. Converging, idempotence and the
 revert are the molecule scenarios' (test_molecule.py).
+
+The collection's HAProxy runtime client (plugins/module_utils/haproxy_runtime.py) and the module
+`ds4.converge.haproxy_server` that uses it, against a real HAProxy with an admin socket: read, set, refused, bounded.
 """
 from __future__ import annotations
 
@@ -13,20 +16,25 @@ import importlib.util
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from boxes import MODEL, free_port
+from ds4_converge.facts import programs
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 ROLE = REPO / "roles" / "ds4_converge"
 LIBRARY = REPO / "plugins" / "modules"
 MODULE = "ds4.converge.ds4_converge"
+HAPROXY_MODULE = "ds4.converge.haproxy_server"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ansible") is None,
@@ -54,11 +62,11 @@ def _run(argv: list[str], env: dict, cwd: Path = REPO) -> subprocess.CompletedPr
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
-def _module(env: dict, args: dict, *flags: str) -> tuple[dict, str]:
-    """One ad-hoc run of the module on localhost: its result (ansible --tree), and what Ansible printed."""
+def _module(env: dict, args: dict, *flags: str, module: str = MODULE) -> tuple[dict, str]:
+    """One ad-hoc run of a module on localhost: its result (ansible --tree), and what Ansible printed."""
     tree = Path(env["ANSIBLE_HOME"]) / "tree"
     proc = _run([str(BIN / "ansible"), "localhost", "-i", "localhost,", "-c", "local",
-                 "-e", f"ansible_python_interpreter={sys.executable}", "--tree", str(tree), "-m", MODULE,
+                 "-e", f"ansible_python_interpreter={sys.executable}", "--tree", str(tree), "-m", module,
                  "-a", json.dumps(args), *flags], env)
     try:
         result = json.loads((tree / "localhost").read_text())
@@ -69,7 +77,10 @@ def _module(env: dict, args: dict, *flags: str) -> tuple[dict, str]:
     return result, shown
 
 
-def _module_source():
+def _module_source(monkeypatch):
+    # the module imports the collection's module_utils by their full names: ansible_collections lives in
+    # build/collections (the link `make collection` and the fixture above make)
+    monkeypatch.syspath_prepend(str(REPO / "build" / "collections"))
     spec = importlib.util.spec_from_file_location("ds4_converge_module", LIBRARY / "ds4_converge.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -99,12 +110,12 @@ def test_ansible_doc_shows_the_module_from_the_repository_root(ansible_env):
     assert "check_mode:" in text and "diff_mode:" in text
 
 
-def test_documented_options_are_the_validated_ones(ansible_env):
+def test_documented_options_are_the_validated_ones(ansible_env, monkeypatch):
     """What ansible-doc shows is what AnsibleModule checks: names, types, defaults, aliases, elements."""
     proc = _run([str(BIN / "ansible-doc"), "--json", MODULE], ansible_env)
     assert proc.returncode == 0, proc.stderr
     documented = json.loads(proc.stdout)[MODULE]
-    validated = _module_source().ARGUMENT_SPEC
+    validated = _module_source(monkeypatch).ARGUMENT_SPEC
     assert set(documented["doc"]["options"]) == set(validated)
     for name, spec in validated.items():
         doc = documented["doc"]["options"][name]
@@ -263,3 +274,105 @@ def test_stopped_and_rolled_back_on_a_box(ansible_env, spec, tmp_path):
         assert (result["failed"], result["changed"]) == (False, False), result  # stopped already
     finally:
         subprocess.run([str(BIN / "ds4-converge"), "stop", common["path"]], capture_output=True, timeout=60)
+
+
+# ------------------------------------------------------------------------------------------------ HAProxy
+
+HAPROXY_CFG = """global
+    stats socket {socket} level admin
+defaults
+    mode http
+    timeout connect 1s
+    timeout client 5s
+    timeout server 5s
+frontend fleet
+    bind 127.0.0.1:{port}
+    default_backend ds4
+backend ds4
+    server spark1 127.0.0.1:{spark1}
+    server spark2 127.0.0.1:{spark2}
+"""
+
+
+@pytest.fixture
+def haproxy():
+    """A real HAProxy with backend ds4 (servers spark1 and spark2, no health checks) and its admin socket."""
+    binary = programs.haproxy()
+    if binary is None:
+        pytest.fail(f"haproxy is not installed (looked in {programs.haproxy_looked_in()}): .ci/system-deps.sh")
+    # not pytest's tmp_path: an AF_UNIX socket's path holds ~107 bytes
+    with tempfile.TemporaryDirectory(prefix="ds4h.") as folder:
+        admin = Path(folder) / "admin.sock"
+        config = Path(folder) / "haproxy.cfg"
+        config.write_text(HAPROXY_CFG.format(socket=admin, port=free_port(), spark1=free_port(), spark2=free_port()))
+        proc = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 20
+            while not admin.exists():
+                assert proc.poll() is None and time.monotonic() < deadline, "haproxy did not open its admin socket"
+                time.sleep(0.05)
+            yield str(admin)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
+
+
+def _runtime():
+    spec = importlib.util.spec_from_file_location("haproxy_runtime",
+                                                  REPO / "plugins" / "module_utils" / "haproxy_runtime.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_runtime_client_reads_and_sets_a_servers_state(haproxy, tmp_path):
+    runtime = _runtime()
+    client = runtime.RuntimeClient(haproxy)
+    assert client.statuses() == {"spark1": "no check", "spark2": "no check"}
+    row = client.server("ds4", "spark1")
+    assert runtime.admin_state(row) == {"state": "ready", "status": "no check", "sessions": 0}
+    assert client.server("ds4", "spark9") is None and client.server("other", "spark1") is None
+    assert client.set_state("ds4", "spark1", "maint") == ""  # HAProxy says nothing when it worked
+    assert runtime.admin_state(client.server("ds4", "spark1"))["state"] == "maint"
+    assert client.statuses() == {"spark1": "MAINT", "spark2": "no check"}
+    assert client.set_state("ds4", "spark1", "drain") == ""
+    assert runtime.admin_state(client.server("ds4", "spark1"))["state"] == "drain"
+    assert "No such server" in client.set_state("ds4", "spark9", "drain")  # HAProxy's own refusal
+    with pytest.raises(OSError):
+        runtime.RuntimeClient(str(tmp_path / "no.sock")).stat()
+
+
+def test_the_runtime_client_is_bounded_by_a_socket_that_never_answers():
+    """Accepted and then silence (a stopped HAProxy): the whole exchange ends within the bound, as an OSError."""
+    with tempfile.TemporaryDirectory(prefix="ds4h.") as folder, \
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as mute:
+        mute.bind(str(Path(folder) / "mute.sock"))
+        mute.listen(1)
+        client = _runtime().RuntimeClient(str(Path(folder) / "mute.sock"), timeout=0.5)
+        started = time.monotonic()
+        with pytest.raises(OSError):
+            client.ask("show stat")
+        assert time.monotonic() - started < 10
+
+
+def test_haproxy_server_takes_a_server_out_and_puts_it_back(ansible_env, haproxy):
+    """check mode says what it would do and sends nothing; maint, again (no change), ready; an unknown server."""
+    client = _runtime().RuntimeClient(haproxy)
+    common = {"socket": haproxy, "backend": "ds4", "server": "spark1", "timeout": 20}
+    result, shown = _module(ansible_env, dict(common, state="maint"), "--check", "--diff", module=HAPROXY_MODULE)
+    assert (result["failed"], result["changed"]) == (False, True), result
+    assert result["before"]["state"] == "ready" and result["after"]["state"] == "maint", result
+    assert "-ds4/spark1: ready\n+ds4/spark1: maint" in shown, shown
+    assert client.statuses()["spark1"] == "no check"  # nothing sent
+    result, _ = _module(ansible_env, dict(common, state="maint"), module=HAPROXY_MODULE)
+    assert (result["failed"], result["changed"]) == (False, True), result
+    assert result["after"] == {"state": "maint", "status": "MAINT", "sessions": 0}, result
+    assert client.statuses() == {"spark1": "MAINT", "spark2": "no check"}
+    result, _ = _module(ansible_env, dict(common, state="maint"), module=HAPROXY_MODULE)
+    assert (result["failed"], result["changed"]) == (False, False), result
+    result, _ = _module(ansible_env, dict(common, state="ready"), module=HAPROXY_MODULE)
+    assert (result["failed"], result["changed"]) == (False, True), result
+    assert result["after"]["status"] == "no check" and client.statuses()["spark1"] == "no check", result
+    result, _ = _module(ansible_env, dict(common, server="spark9", state="drain"), module=HAPROXY_MODULE)
+    assert result["failed"] is True and result["msg"] == "HAProxy has no server ds4/spark9 (show stat)", result

@@ -6,6 +6,7 @@ which NVCC/CUDA_HOME make got.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import socket
@@ -256,8 +257,9 @@ def test_home_in_a_spec_path_is_the_service_users(box, fake):
 # ----------------------------------------------------------------------------- rule 7: port
 
 
+@contextlib.contextmanager
 def _listen_foreign(box, tmp_path, address: str):
-    """A process that is not ours listening on the box's port at `address`, until the test ends."""
+    """A process that is not ours listening on the box's port at `address`, until the block ends."""
     proc = subprocess.Popen([sys.executable, "-m", "http.server", str(box.port), "--bind", address],
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 10
@@ -267,16 +269,18 @@ def _listen_foreign(box, tmp_path, address: str):
             break
         except OSError:
             time.sleep(0.05)
-    return proc
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 @pytest.fixture
 def squatter(box, tmp_path):
     """A process that is not ours listening on the box's port."""
-    proc = _listen_foreign(box, tmp_path, "127.0.0.1")
-    yield proc
-    proc.terminate()
-    proc.wait(10)
+    with _listen_foreign(box, tmp_path, "127.0.0.1") as proc:
+        yield proc
 
 
 def test_port_held_by_a_foreign_process_is_an_error_naming_pid_and_command(box, fake, squatter):
@@ -288,10 +292,8 @@ def test_port_held_by_a_foreign_process_is_an_error_naming_pid_and_command(box, 
 @pytest.fixture
 def squatter_on(box, tmp_path):
     """A foreign process listening on the box's port at another loopback address (127.0.0.2)."""
-    proc = _listen_foreign(box, tmp_path, "127.0.0.2")
-    yield proc
-    proc.terminate()
-    proc.wait(10)
+    with _listen_foreign(box, tmp_path, "127.0.0.2") as proc:
+        yield proc
 
 
 def test_a_holder_on_another_address_does_not_block_server_host(box, fake, squatter_on):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
+from pathlib import Path
 
 import pytest
 
-from boxes import reachable_box
+from boxes import reachable_box, sim_variant
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="drops privileges for the build: needs root")
 
@@ -24,17 +24,10 @@ pwn:
 
 def hostile_repo(sim_repo, tmp_path) -> str:
     """The simulated engine with a Makefile that also writes outside its tree, tagged v0.2.0-pwn."""
-    clone = tmp_path / "hostile"
-    git = ["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run(["git", "clone", "-q", str(sim_repo), str(clone)], check=True)
-    subprocess.run([*git, "checkout", "-q", "v0.2.0"], check=True)
-    with open(clone / "Makefile", "a") as handle:
-        handle.write(HOSTILE)
-    subprocess.run([*git, "commit", "-qam", "pwn"], check=True)
-    subprocess.run([*git, "tag", "v0.2.0-pwn"], check=True)
-    clone.chmod(0o755)
+    clone = sim_variant(sim_repo, tmp_path / "hostile", HOSTILE, "v0.2.0-pwn")
+    Path(clone).chmod(0o755)
     tmp_path.chmod(0o755)
-    return str(clone)
+    return clone
 
 
 def test_a_makefile_can_write_only_its_own_tree(sim_repo, tmp_path):

@@ -59,8 +59,9 @@ def front_crash_box(tmp_path_factory, sim_repo):
     box.stop()
 
 
-def _reset(box: Box) -> None:
-    """Back to the baseline: v0.2.0 serving, no other release built, no second model directory."""
+def _reset(box: Box, **changes: dict) -> None:
+    """Back to the baseline: v0.2.0 serving, no other release built, no second model directory. Then the spec's
+    sections updated with `changes` (engine={"ref": "v0.3.0"}) and written: what the next run reads."""
     box.spec = {k: (dict(v) if isinstance(v, dict) else v) for k, v in box.baseline.items()}
     box.spec["engine"] = dict(box.baseline["engine"])
     box.write()
@@ -70,6 +71,9 @@ def _reset(box: Box) -> None:
         if release.name != box.baseline_release:
             shutil.rmtree(release)
     shutil.rmtree(box.base / "models-b", ignore_errors=True)
+    for section, values in changes.items():
+        box.spec[section] = {**box.spec[section], **values}
+    box.write()
 
 
 def _crash(box: Box, point: str, command: tuple = ()) -> None:
@@ -80,9 +84,7 @@ def _crash(box: Box, point: str, command: tuple = ()) -> None:
 
 def _crash_upgrading(box: Box, ref: str, point: str) -> None:
     """From the baseline, a run to `ref` killed at `point`: something must serve right after."""
-    _reset(box)
-    box.spec["engine"]["ref"] = ref
-    box.write()
+    _reset(box, engine={"ref": ref})
     _crash(box, point)
     assert _serves(box), f"nothing serves after a crash at {point}"
 
@@ -155,10 +157,7 @@ def _guard_restore_recorded(box: Box, command: str, release: str) -> None:
 @pytest.mark.parametrize("point", UPGRADE_POINTS)
 def test_a_run_killed_during_an_upgrade_recovers(crash_box, point):
     box = crash_box
-    _reset(box)
-    box.spec["engine"]["ref"] = "v0.3.0"
-    box.spec["model"] = {"main": {"source": str(MODEL), "dest": str(box.base / "models-b")}}
-    box.write()
+    _reset(box, engine={"ref": "v0.3.0"}, model={"main": {"source": str(MODEL), "dest": str(box.base / "models-b")}})
     with open(box.root / "supervisor" / "supervisord.conf", "a") as conf:
         conf.write("; as an older ds4-converge rendered it\n")  # so the run rewrites it (supervisord-conf)
     _crash(box, point)
@@ -223,9 +222,7 @@ def test_a_run_killed_while_reverting_a_broken_upgrade_recovers(crash_box, point
 @pytest.mark.parametrize("point", ROLLBACK_POINTS)
 def test_a_rollback_killed_mid_switch_recovers(crash_box, point):
     box = crash_box
-    _reset(box)
-    box.spec["engine"]["ref"] = "v0.3.0"
-    box.write()
+    _reset(box, engine={"ref": "v0.3.0"})
     rc, upgraded = box.converge()
     assert rc == 0, upgraded
     _crash(box, point, ("rollback",))
@@ -241,10 +238,8 @@ def test_a_rollback_killed_mid_switch_recovers(crash_box, point):
 @pytest.mark.parametrize("point", COLD_POINTS)
 def test_a_run_killed_during_a_cold_start_recovers(crash_box, point):
     box = crash_box
-    _reset(box)
+    _reset(box, server={"ctx": 65536})
     box.stop()  # supervisord and the engine are down: nothing served when the run began
-    box.spec["server"] = {**box.spec["server"], "ctx": 65536}
-    box.write()
     _crash(box, point)
     rc, document = box.converge()
     assert rc == 0 and document["ok"], document

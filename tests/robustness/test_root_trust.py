@@ -78,17 +78,9 @@ def test_a_root_another_user_can_write_is_refused_naming_path_and_owner(box, how
 
 def _self_opening_repo(sim_repo, tmp_path) -> str:
     """The simulated engine whose Makefile makes its own tree world-writable, tagged v0.2.0-open."""
-    import subprocess
+    from boxes import sim_variant
 
-    clone = tmp_path / "open"
-    git = ["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run(["git", "clone", "-q", str(sim_repo), str(clone)], check=True)
-    subprocess.run([*git, "checkout", "-q", "v0.2.0"], check=True)
-    with open(clone / "Makefile", "a") as handle:
-        handle.write("\ncpu: open-up\nopen-up:\n\tchmod 0777 .\n")
-    subprocess.run([*git, "commit", "-qam", "open"], check=True)
-    subprocess.run([*git, "tag", "v0.2.0-open"], check=True)
-    return str(clone)
+    return sim_variant(sim_repo, tmp_path / "open", "\ncpu: open-up\nopen-up:\n\tchmod 0777 .\n", "v0.2.0-open")
 
 
 def test_a_release_that_makes_itself_writable_by_others_is_not_started_and_stop_still_stops(box, sim_repo, tmp_path):

@@ -31,20 +31,23 @@ def test_nasty_values_survive_supervisor_parsing(tmp_path):
     assert shlex.split(program.command) == NASTY
 
 
-def test_the_switch_guard_is_a_resident_program_of_supervisord(tmp_path):
-    options, _ = read_back(tmp_path, ["/bin/true"])
-    [guard] = [g for g in options.process_group_configs if g.name == GUARD]
-    program = guard.process_configs[0]
-    assert shlex.split(program.command) == guard_argv(tmp_path / "root")
+def _resident_program(tmp_path, name):
+    """Supervisord's program `name` (started with supervisord, started again whenever it exits), and the engine's."""
+    options, engine = read_back(tmp_path, ["/bin/true"])
+    [group] = [g for g in options.process_group_configs if g.name == name]
+    program = group.process_configs[0]
     assert program.autostart and program.autorestart
+    return program, engine
+
+
+def test_the_switch_guard_is_a_resident_program_of_supervisord(tmp_path):
+    program, _ = _resident_program(tmp_path, GUARD)
+    assert shlex.split(program.command) == guard_argv(tmp_path / "root")
 
 
 def test_the_watchdog_is_a_resident_program_of_supervisord_and_the_one_that_restarts(tmp_path):
-    options, engine = read_back(tmp_path, ["/bin/true"])
-    [watch] = [g for g in options.process_group_configs if g.name == WATCHDOG]
-    program = watch.process_configs[0]
+    program, engine = _resident_program(tmp_path, WATCHDOG)
     assert shlex.split(program.command) == watchdog_argv(tmp_path / "root")
-    assert program.autostart and program.autorestart
     assert engine.autorestart is False  # the watchdog restarts (and records) every exit nobody ordered
     # without the watchdog supervisord restarts every exit, exit 0 included (a SIGTERM from outside)
     _, alone = read_back(tmp_path, ["/bin/true"], watchdog=False)
