@@ -7,6 +7,7 @@ from ds4_converge.orchestrate.reconciler import APPLY_ERRORS, Outcome
 from ds4_converge.health import role as probe
 from ds4_converge.health.probe import Unhealthy, wait_healthy
 from ds4_converge.service import switch
+from ds4_converge.service.switch import Switch
 
 
 def rollback(ctx: Context) -> Outcome:
@@ -21,9 +22,11 @@ def rollback(ctx: Context) -> Outcome:
         why = "no earlier good release recorded" if on_last_good else "no last good release recorded"
         return Outcome(ok=False, error=f"rollback: {why}", results=[RoleResult("rollback", "failed", why)])
     ctx.desired = target  # what the switch goes to: people are shown what it changes
+    sw = Switch()
     try:
-        switch.roll_back_to(ctx, target)
-        pid = wait_healthy(probe.target(ctx), probe.process_state(ctx))
+        switch.roll_back_to(ctx, sw, target)
+        engine = sw.under_probe(ctx)
+        pid = wait_healthy(probe.target(ctx, engine), engine.watch())
         switch.expose(ctx, target)  # proven: clients reach it (a front door points at its slot)
     except Unhealthy as exc:
         return Outcome(ok=False, release=target.release, error=f"rollback: {target.release} is not healthy: {exc}",
@@ -32,7 +35,7 @@ def rollback(ctx: Context) -> Outcome:
         return Outcome(ok=False, release=target.release, error=f"rollback to {target.release} failed: {exc}",
                        results=[RoleResult("rollback", "failed", str(exc))])
     finally:
-        switch.settle(ctx)  # settled either way: the report says what runs
+        switch.settle(ctx, sw)  # settled either way: the report says what runs
     state.bless(target)
     state.save(ctx.layout.state_file)
     switch.watch_last_good(ctx)  # the watchdog asks the engine that serves now (a front door's other slot, say)

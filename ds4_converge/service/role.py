@@ -23,6 +23,8 @@ from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, s
 from ds4_converge.models.placement import SLOTS
 from ds4_converge.service import front, render, secrets, switch, systemd, watchdog
 from ds4_converge.service.supervisor import SupervisorError, supervisord_argv
+from ds4_converge.service.switch import Switch
+from ds4_converge.service.watch import endpoint
 
 NAME = "service"
 LOCK_ENV = load_knowledge()["lock"]["env"]  # every ds4 program flock()s this file; one per instance
@@ -34,7 +36,7 @@ def desired_deployment(ctx: Context, current_conf: str | None = None, *, beside:
     the new engine is probed as a candidate on the idle slot (:func:`candidate_deployment`) and ends on the slot
     HAProxy points at."""
     if not front.enabled(ctx):
-        return _deployment(ctx, ctx.spec.server, ctx.endpoint)
+        return _deployment(ctx, ctx.spec.server, endpoint(ctx))
     for port in (front.live_port(ctx),) if beside else (front.live_port(ctx), front.idle_port(ctx)):
         deployment = _deployment(ctx, *_on_slot(ctx, port))
         if deployment.program_conf == current_conf:
@@ -108,7 +110,7 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def plan(ctx: Context) -> RolePlan:
+def plan(ctx: Context, sw: Switch) -> RolePlan:
     name, layout, supervisor = ctx.spec.server.name, ctx.layout, ctx.supervisor
     changes: list[Change] = []
     notes: list[Finding] = []
@@ -178,18 +180,19 @@ def plan(ctx: Context) -> RolePlan:
             # a cold start: supervisord starts what its program file says, so write the new one first and
             # the engine starts once (never the old program, only to be stopped a moment later: an 81 GB load)
             changes.append(Change(str(layout.program_conf(name)), current_conf, ctx.desired.program_conf,
-                                  restarts=True, action=partial(_cold_start, deployment=ctx.desired,
+                                  restarts=True, action=partial(_cold_start, sw=sw, deployment=ctx.desired,
                                                                 unit=unit if with_systemd else None)))
             notes.append(Finding("info", f"{start}, which starts {name} on release {ctx.desired.release}"))
         elif current_conf != ctx.desired.program_conf:
             candidate = candidate_deployment(ctx) if beside else None
             changes.append(Change(str(layout.program_conf(name)), current_conf, ctx.desired.program_conf,
-                                  restarts=True, action=partial(_switch, deployment=ctx.desired, candidate=candidate)))
+                                  restarts=True, action=partial(_switch, sw=sw, deployment=ctx.desired,
+                                                candidate=candidate)))
             if why:
                 notes.append(Finding("info", why))
         elif pid is None or any(c.restarts for c in changes):
             changes.append(Change(f"start {name} (not running)" if pid is None else f"restart {name}",
-                                  restarts=True, action=partial(_switch, deployment=ctx.desired)))
+                                  restarts=True, action=partial(_switch, sw=sw, deployment=ctx.desired)))
     ctx.restart_needed = any(c.restarts for c in changes)
     if ctx.release is not None and not ctx.restart_needed:
         changes += watch_changes(ctx)  # a restart's commit tells the watchdog itself (service/switch.py)
@@ -378,7 +381,7 @@ def _engine_port(deployment: Deployment) -> int | None:
     return front.port_of(deployment)
 
 
-def _switch(ctx: Context, *, deployment: Deployment, candidate: Deployment | None = None) -> str:
+def _switch(ctx: Context, *, sw: Switch, deployment: Deployment, candidate: Deployment | None = None) -> str:
     errors = [f for f in port_findings(ctx, _engine_port(candidate or deployment)) if f.level == "error"]
     if errors:
         raise RoleFailed(str(errors[0]))
@@ -386,23 +389,23 @@ def _switch(ctx: Context, *, deployment: Deployment, candidate: Deployment | Non
     if candidate is not None:
         prepare_engine_lock(ctx, switch.candidate_program(ctx))
         prepare_engine_lock(ctx)
-        switch.switch_beside(ctx, candidate)
+        switch.switch_beside(ctx, sw, candidate)
         return f"started {switch.candidate_program(ctx)} on release {candidate.release} beside {name}"
     if ctx.supervisor.running_pid(name):
         ctx.say(f"stopping {name} (SIGTERM, waiting for its process group)")
     prepare_engine_lock(ctx)
-    switch.switch(ctx, deployment)
-    drained = f" ({ctx.drained.describe()})" if ctx.drained and ctx.drained.in_flight else ""
+    switch.switch(ctx, sw, deployment)
+    drained = f" ({sw.drained.describe()})" if sw.drained and sw.drained.in_flight else ""
     return f"started {name} on release {deployment.release}{drained}"
 
 
-def _cold_start(ctx: Context, *, deployment: Deployment, unit: Path | None) -> str:
+def _cold_start(ctx: Context, *, sw: Switch, deployment: Deployment, unit: Path | None) -> str:
     """supervisord is down: the switch writes the new program file, then starts supervisord (service/switch.py)."""
     errors = [f for f in port_findings(ctx, _engine_port(deployment)) if f.level == "error"]
     if errors:
         raise RoleFailed(str(errors[0]))
     ctx.layout.ensure()
     prepare_engine_lock(ctx)
-    deployment = switch.cold_start(ctx, deployment, start_supervisord=partial(_start_supervisord, ctx, unit=unit))
+    deployment = switch.cold_start(ctx, sw, deployment, start_supervisord=partial(_start_supervisord, ctx, unit=unit))
     said = f"started {ctx.spec.server.name} on release {deployment.release}"
     return said + (f"; {_start_front(ctx, before=None)}" if front.enabled(ctx) else "")

@@ -50,11 +50,11 @@ def test_a_revert_that_fails_says_so_and_what_serves(box, capsys, monkeypatch):
     real_switch = switch.switch_to
     calls = []
 
-    def switch_then_fail(ctx, deployment, **kwargs):
+    def switch_then_fail(ctx, sw, deployment, **kwargs):
         calls.append(deployment.release)
         if len(calls) > 1:
             raise RuntimeError("a bug in the revert")  # not one of the errors a revert expects
-        return real_switch(ctx, deployment, **kwargs)
+        return real_switch(ctx, sw, deployment, **kwargs)
 
     monkeypatch.setattr(switch, "switch_to", switch_then_fail)
     monkeypatch.setattr(probe_role, "wait_healthy", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("nope")))
