@@ -12,6 +12,7 @@ never raises: a file that is missing is None, a supervisord that cannot be asked
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 from urllib.parse import urlsplit
@@ -62,6 +63,7 @@ class Snapshot:
     """What serves under one root at one moment (see the module's words)."""
 
     name: str  # server.name
+    root: Path | None = None  # paths.root
     supervisord: bool = False  # up and answering (False when down or `unknown`)
     unknown: str | None = None  # why supervisord could not be asked; None: it was asked, or nothing listens
     error: BaseException | None = field(default=None, repr=False, compare=False)  # what asking it raised
@@ -120,6 +122,22 @@ class Snapshot:
     def endpoint(self) -> str | None:
         return self.current.endpoint if self.engine.serves and self.current is not None else None
 
+    def standing(self, last_run: Mapping | None = None) -> str:
+        """What `status` says of this root before it asks the engine: "unknown" (supervisord cannot be asked),
+        "never" (never converged here), "unsupervised" (supervisord is gone, what it started runs on), "stopped"
+        (by `ds4-converge stop`: `last_run` says so), "down" (nothing serves), or "serves" (release() runs)."""
+        if self.unknown is not None:
+            return "unknown"
+        if self.current is None and self.last_good is None and self.engine.pid is None:
+            return "never"
+        if self.release() is not None:
+            return "serves"
+        if self.leftovers:
+            return "unsupervised"
+        if last_run and last_run.get("command") == "stop" and last_run.get("ok"):
+            return "stopped"
+        return "down"
+
     def serving_words(self) -> str:
         """What runs under this root right now, in words, for a report after things went wrong."""
         if self.unknown is not None:
@@ -131,16 +149,18 @@ class Snapshot:
         return f"{self.name} (pid {engine.pid}{state}) on release {engine.release or 'unknown'}"
 
 
-def unknown(name: str, why: str, *, current: Deployment | None = None, last_good: Deployment | None = None,
+def unknown(name: str, why: str, *, root: Path | None = None, state: State | None = None,
             error: BaseException | None = None) -> Snapshot:
     """A snapshot of a root whose supervisord is known not to answer (asked already: not waited on again)."""
-    return Snapshot(name, unknown=why, error=error, current=current, last_good=last_good)
+    current, last_good = (state.current, state.last_good) if state is not None else (None, None)
+    return Snapshot(name, root, unknown=why, error=error, current=current, last_good=last_good)
 
 
 def read(layout: Layout, supervisor: Supervisor, spec: Spec, state: State | None, *,
-         settle: float = SETTLE_S) -> Snapshot:
-    """What serves under `layout`'s root now, for `spec`'s engine; never raises, never hangs."""
-    return read_named(layout, supervisor, spec.server.name, state=state, front=spec.front is not None,
+         settle: float = SETTLE_S, front: bool = True) -> Snapshot:
+    """What serves under `layout`'s root now, for `spec`'s engine; never raises, never hangs. `front`: False
+    where the front door's slot is not wanted (its admin socket is not asked)."""
+    return read_named(layout, supervisor, spec.server.name, state=state, front=front and spec.front is not None,
                       settle=settle)
 
 
@@ -148,16 +168,16 @@ def read_named(layout: Layout, supervisor: Supervisor, name: str, *, state: Stat
                front: bool | None = None, settle: float = SETTLE_S) -> Snapshot:
     """:func:`read` for a reader that has no spec (the watchdog: the name its settings give). `front`: read the
     front door's servers (None: when its admin socket exists)."""
-    current, last_good = (state.current, state.last_good) if state is not None else (None, None)
     try:
         up = supervisor.is_running(settle=settle)
         infos = supervisor.all_processes() if up else []
     except Exception as exc:  # noqa: BLE001 - half-up, unreadable socket, permission: "unknown" is the answer
-        return unknown(name, str(exc) or type(exc).__name__, current=current, last_good=last_good, error=exc)
+        return unknown(name, str(exc) or type(exc).__name__, root=layout.root, state=state, error=exc)
     ours = {name, name + CANDIDATE_SUFFIX, FRONT, GUARD, WATCHDOG}
     programs = {info["name"]: _program(layout, info) for info in infos if info.get("name") in ours}
-    servers, problem = _front(layout, name, front)
-    return Snapshot(name, supervisord=up, programs=MappingProxyType(programs), front_servers=servers,
+    servers, problem = _front(layout, name, front, programs.get(FRONT))
+    current, last_good = (state.current, state.last_good) if state is not None else (None, None)
+    return Snapshot(name, layout.root, up, programs=MappingProxyType(programs), front_servers=servers,
                     front_problem=problem, leftovers=() if up else _leftovers(supervisor), current=current,
                     last_good=last_good)
 
@@ -179,15 +199,17 @@ def _program_text(layout: Layout, name: str) -> str | None:
         return None
 
 
-def _front(layout: Layout, name: str, wanted: bool | None) -> tuple[Mapping | None, str | None]:
+def _front(layout: Layout, name: str, wanted: bool | None,
+           program: Program | None) -> tuple[Mapping | None, str | None]:
     from ds4_converge.service import front  # here: a root without a front door never loads it
 
     if wanted is False or (wanted is None and not front.admin_socket(layout).exists()):
         return None, None
     try:
         return MappingProxyType(front.servers(layout, name)), None
-    except front.AdminTimeout as exc:
-        return None, f"HAProxy does not answer: {exc}"
+    except front.AdminTimeout as exc:  # it exists and says nothing: stopped (SIGSTOP) or hung
+        pid = (program.info or {}).get("pid") if program is not None else None
+        return None, f"HAProxy does not answer ({f'pid {pid}' if pid else 'pid unknown'}, stopped?): {exc}"
     except Exception as exc:  # noqa: BLE001 - no socket, refused, not HAProxy: said, never raised
         return None, f"HAProxy's admin socket: {exc}"
 

@@ -155,5 +155,23 @@ def test_the_names_it_keeps_are_those_of_the_modules_that_own_them():
 
 
 def test_an_unknown_snapshot_made_without_asking_again():
-    now = snapshot.unknown(NAME, "supervisord did not answer", current=deployment("r1"))
+    now = snapshot.unknown(NAME, "supervisord did not answer", state=state(deployment("r1")))
     assert now.state_words() == "unknown" and now.serving_words() == "unknown (supervisord: supervisord did not answer)"
+    assert now.current.release == "r1" and now.standing() == "unknown"
+
+
+STOP = {"command": "stop", "ok": True, "finished_at": "2026-12-03T18:00:00+00:00"}
+
+
+@pytest.mark.parametrize("answers, recorded, last_run, expected", [
+    (Answers(raises=SupervisorError("no answer")), state(), None, "unknown"),
+    (Answers(up=False), state(), STOP, "never"),  # never converged, even after a stop
+    (Answers([info(NAME, "STARTING", pid=5)]), state(deployment("r1")), None, "serves"),
+    (Answers([info(NAME)]), state(), None, "down"),  # runs, but state.json names nothing: not what we started
+    (Answers(up=False), state(deployment("r1"), deployment("r1")), STOP, "unsupervised"),  # left by a dead supervisord
+    (Answers([info(NAME, "STOPPED")]), state(None, deployment("r1")), STOP, "stopped"),
+    (Answers([info(NAME, "STOPPED")]), state(None, deployment("r1")), {**STOP, "ok": False}, "down"),
+    (Answers([info(NAME, "FATAL")]), state(deployment("r1")), {**STOP, "command": "converge"}, "down"),
+])
+def test_what_status_says_of_a_root_before_it_asks_the_engine(tmp_path, answers, recorded, last_run, expected):
+    assert snapshot.read(Layout(tmp_path), answers, spec(), recorded).standing(last_run) == expected
