@@ -19,6 +19,7 @@ from ds4_converge.errors import Ds4Error
 from ds4_converge.health import role as probe
 from ds4_converge.models import role as models
 from ds4_converge.models.placement import placements
+from ds4_converge.orchestrate import drive
 from ds4_converge.preflight import role as preflight
 from ds4_converge.preflight.scope import fact_request
 from ds4_converge.service import role as service
@@ -141,7 +142,7 @@ def _run(ctx: Context, outcome: Outcome, roles: Sequence, revert, diff: bool) ->
                 return _failed(ctx, outcome, roles, revert, role.NAME, RoleFailed(getattr(exc, "message", str(exc))),
                                plan=None, diff=diff, done=changes)
             try:
-                messages.append(plans.apply(ctx, plan) + _commit(ctx, outcome.switch))
+                messages.append(_apply(ctx, plan, outcome.switch))
             except Ds4Error as exc:
                 return _failed(ctx, outcome, roles, revert, role.NAME, exc, plan=plan, diff=diff, done=changes)
             except BaseException as exc:  # noqa: BLE001
@@ -168,24 +169,15 @@ def _plan(role, ctx: Context, sw: Switch) -> RolePlan:
     return role.plan(ctx)
 
 
-def _commit(ctx: Context, sw: Switch) -> str:
-    """A role handed a verdict (the probe: the switched engine is healthy): the switch commits it."""
-    verdict, sw.verdict = sw.verdict, None
-    return f"; {switch.commit(ctx, sw, verdict, prove=lambda: _answers_again(ctx, sw))}" if verdict is not None \
-        else ""
-
-
-def _answers_again(ctx: Context, sw: Switch) -> None:
-    """What a commit started again (a candidate's release under server.name, service/switch.py) answers: what
-    passed the whole probe a moment ago needs no soak again."""
-    from ds4_converge.health.probe import Unhealthy, wait_healthy
-
-    try:
-        engine = sw.under_probe(ctx)
-        wait_healthy(probe.target(ctx, engine), engine.watch(), soak=False)
-    except Unhealthy as exc:
-        raise RoleFailed(f"release {ctx.desired.release} passed the probe beside the serving engine, but not once "
-                         f"started as {ctx.spec.server.name}: {exc}", exc.detail) from None
+def _apply(ctx: Context, plan: RolePlan, sw: Switch) -> str:
+    """Exactly the plan; a road the service role's apply chose is run step by step (orchestrate/drive.py) up to
+    the probe, and once a role handed a verdict (the probe: the switched engine is healthy) the rest of it."""
+    said = [plans.apply(ctx, plan)]
+    if sw.road is not None and not sw.begun:
+        said.append(drive.begin(ctx, sw))
+    if sw.verdict is not None:
+        said.append(drive.commit(ctx, sw))
+    return "; ".join(filter(None, said))
 
 
 def _record(ctx: Context, outcome: Outcome, result: RoleResult) -> None:
@@ -261,9 +253,10 @@ def revert_to_last_good(ctx: Context, outcome: Outcome) -> None:
     last_good = ctx.state.last_good
     try:
         reverted = switch.revert(ctx, outcome.switch)
-        if reverted.started is None:
+        if reverted.road is None:
             outcome.error += f"; {reverted.note}"
             return
+        drive.run(ctx, outcome.switch, reverted.road.before_probe())
         # last good passed its soak already: prove it answers, don't make the outage longer
         engine = outcome.switch.under_probe(ctx)
         wait_healthy(probe.target(ctx, engine), engine.watch(), soak=False)

@@ -55,7 +55,7 @@ HELD = Road("held switch", (("check ports", None), ("hold", None), *IN_PLACE.ste
 # a front door and memory for two engines: the candidate on the idle slot, last good serving until it passed
 BESIDE = Road("beside", (("check ports", None), ("baseline", None), ("arm guard", "beside-intent"),
                          ("install candidate", None), ("start candidate", "beside-started"), (PROBE, None),
-                         ("flip", "beside-flipped"), ("drain", None), ("stop", "beside-old-stopped"),
+                         ("flip", "beside-flipped"), ("drain", None), ("stop old", "beside-old-stopped"),
                          ("install", "beside-program-written"), ("start", None), ("probe again", None),
                          *_COMMIT))
 # a failed switch back to last good: the unproven engine stops at once, last good starts exactly as it ran
@@ -67,3 +67,5 @@ REVERT_BESIDE = Road("revert beside", (("retire candidate", None), (PROBE, None)
 ROLLBACK = Road("rollback", (("hold", None), ("drain", None), ("arm guard", "rollback-intent"),
                              ("stop", "rollback-old-stopped"), ("install", "rollback-program-written"),
                              ("start", None), (PROBE, None), ("commit", None)))
+# what runs was never proven (a run died between its start and its commit): the probe, then the commit
+ADOPT = Road("adopt", ((PROBE, None), *_COMMIT))

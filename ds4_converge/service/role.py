@@ -21,7 +21,7 @@ from ds4_converge.core.state import Deployment
 from ds4_converge.models.gguf import judge_files
 from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
 from ds4_converge.models.placement import SLOTS
-from ds4_converge.service import front, render, secrets, switch, systemd, watchdog
+from ds4_converge.service import front, render, roads, secrets, start_log, switch, systemd, watchdog
 from ds4_converge.service.supervisor import SupervisorError, supervisord_argv
 from ds4_converge.service.switch import Switch
 from ds4_converge.service.watch import endpoint
@@ -167,6 +167,7 @@ def plan(ctx: Context, sw: Switch) -> RolePlan:
                        before=_read(p), restarts=p.stem != switch.candidate_program(ctx),
                        action=partial(_remove_program, path=p, running=running))
                 for p in stale_programs(ctx)]
+    road = roads.COLD_START if not running else roads.HELD if front.enabled(ctx) else roads.IN_PLACE
     if ctx.release is None:
         # check mode before the build: the exact command line is known only once the binary lists its flags
         verb = "start" if first else "restart"
@@ -180,20 +181,24 @@ def plan(ctx: Context, sw: Switch) -> RolePlan:
             # a cold start: supervisord starts what its program file says, so write the new one first and
             # the engine starts once (never the old program, only to be stopped a moment later: an 81 GB load)
             changes.append(Change(str(layout.program_conf(name)), current_conf, ctx.desired.program_conf,
-                                  restarts=True, action=partial(_cold_start, sw=sw, deployment=ctx.desired,
-                                                                unit=unit if with_systemd else None)))
+                                  restarts=True, action=partial(switch.begin, sw=sw, road=road,
+                                                                target=ctx.desired)))
             notes.append(Finding("info", f"{start}, which starts {name} on release {ctx.desired.release}"))
         elif current_conf != ctx.desired.program_conf:
             candidate = candidate_deployment(ctx) if beside else None
+            road = roads.BESIDE if beside else road
             changes.append(Change(str(layout.program_conf(name)), current_conf, ctx.desired.program_conf,
-                                  restarts=True, action=partial(_switch, sw=sw, deployment=ctx.desired,
-                                                candidate=candidate)))
+                                  restarts=True, action=partial(switch.begin, sw=sw, road=road, target=ctx.desired,
+                                                                candidate=candidate)))
             if why:
                 notes.append(Finding("info", why))
         elif pid is None or any(c.restarts for c in changes):
             changes.append(Change(f"start {name} (not running)" if pid is None else f"restart {name}",
-                                  restarts=True, action=partial(_switch, sw=sw, deployment=ctx.desired)))
+                                  restarts=True, action=partial(switch.begin, sw=sw, road=road,
+                                                                target=ctx.desired)))
     ctx.restart_needed = any(c.restarts for c in changes)
+    if ctx.restart_needed:  # --check shows it too: the steps the switch goes through (service/roads.py)
+        notes.append(Finding("info", f"road: {road.words()}"))
     if ctx.release is not None and not ctx.restart_needed:
         changes += watch_changes(ctx)  # a restart's commit tells the watchdog itself (service/switch.py)
     findings = list(notes)  # a port held by someone else is preflight's finding (from the facts); apply re-checks
@@ -377,35 +382,28 @@ def _remove_program(ctx: Context, *, path: Path, running: bool = True) -> str:
     return f"removed program {path.stem}"
 
 
-def _engine_port(deployment: Deployment) -> int | None:
-    return front.port_of(deployment)
-
-
-def _switch(ctx: Context, *, sw: Switch, deployment: Deployment, candidate: Deployment | None = None) -> str:
-    errors = [f for f in port_findings(ctx, _engine_port(candidate or deployment)) if f.level == "error"]
-    if errors:
-        raise RoleFailed(str(errors[0]))
-    name = ctx.spec.server.name
-    if candidate is not None:
-        prepare_engine_lock(ctx, switch.candidate_program(ctx))
-        prepare_engine_lock(ctx)
-        switch.switch_beside(ctx, sw, candidate)
-        return f"started {switch.candidate_program(ctx)} on release {candidate.release} beside {name}"
-    if ctx.supervisor.running_pid(name):
-        ctx.say(f"stopping {name} (SIGTERM, waiting for its process group)")
-    prepare_engine_lock(ctx)
-    switch.switch(ctx, sw, deployment)
-    drained = f" ({sw.drained.describe()})" if sw.drained and sw.drained.in_flight else ""
-    return f"started {name} on release {deployment.release}{drained}"
-
-
-def _cold_start(ctx: Context, *, sw: Switch, deployment: Deployment, unit: Path | None) -> str:
-    """supervisord is down: the switch writes the new program file, then starts supervisord (service/switch.py)."""
-    errors = [f for f in port_findings(ctx, _engine_port(deployment)) if f.level == "error"]
+def check_ports(ctx: Context, sw: Switch) -> None:
+    """A road's first step: nobody else holds the slot the engine starts on (read again right before anything
+    stops: another process may have taken the port since the facts), and the engine's lock file is ready."""
+    errors = [f for f in port_findings(ctx, front.port_of((sw.candidate.deployment if sw.candidate else sw.target)))
+              if f.level == "error"]
     if errors:
         raise RoleFailed(str(errors[0]))
     ctx.layout.ensure()
+    if sw.candidate is not None:
+        prepare_engine_lock(ctx, sw.candidate.program)
+    elif ctx.supervisor.is_running() and ctx.supervisor.running_pid(ctx.spec.server.name):
+        ctx.say(f"stopping {ctx.spec.server.name} (SIGTERM, waiting for its process group)")
     prepare_engine_lock(ctx)
-    deployment = switch.cold_start(ctx, sw, deployment, start_supervisord=partial(_start_supervisord, ctx, unit=unit))
-    said = f"started {ctx.spec.server.name} on release {deployment.release}"
-    return said + (f"; {_start_front(ctx, before=None)}" if front.enabled(ctx) else "")
+
+
+def start_supervisord(ctx: Context, sw: Switch) -> None:
+    """The cold start's: supervisord starts what its program file says, the engine once (autostart)."""
+    name = ctx.spec.server.name
+    sw.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
+    _start_supervisord(ctx, unit=systemd.unit_path(name) if systemd.has_systemd() else None)
+    ctx.supervisor.await_autostart(name)
+
+
+def start_front_door(ctx: Context, sw: Switch) -> str | None:
+    return _start_front(ctx, before=None) if front.enabled(ctx) else None

@@ -182,7 +182,7 @@ def failed_switch(ctx):
 
 def test_revert_puts_last_good_back_and_proves_it(failed_switch, monkeypatch):
     switched = []
-    monkeypatch.setattr(reconciler.switch, "switch_to", lambda c, sw, d, **_: switched.append(d.release))
+    monkeypatch.setattr(reconciler.drive, "run", lambda c, sw, steps: switched.append(sw.target.release))
     monkeypatch.setattr("ds4_converge.health.probe.wait_healthy", lambda target, state, soak: 4242)
     outcome = reconciler.Outcome(ok=False, error="probe: unhealthy", switch=failed_switch.sw)
     reconciler.revert_to_last_good(failed_switch, outcome)
@@ -192,14 +192,14 @@ def test_revert_puts_last_good_back_and_proves_it(failed_switch, monkeypatch):
 
 @pytest.mark.parametrize("where", ["switch", "probe"])
 def test_a_revert_that_fails_too_says_so_and_raises_nothing(failed_switch, monkeypatch, where):
-    def switch(c, sw, d, **_):
+    def switch(c, sw, steps):
         if where == "switch":
             raise SupervisorError("supervisord rejected the config")
 
     def healthy(target, state, soak):
         raise Unhealthy("ds4-server is FATAL")
 
-    monkeypatch.setattr(reconciler.switch, "switch_to", switch)
+    monkeypatch.setattr(reconciler.drive, "run", switch)
     monkeypatch.setattr("ds4_converge.health.probe.wait_healthy", healthy)
     roles = [FakeRole("probe", [[change("probe", fails=RoleFailed("unhealthy"))]])]
     outcome = reconciler.converge(failed_switch, roles=roles, sw=failed_switch.sw)
