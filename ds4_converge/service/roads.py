@@ -69,3 +69,65 @@ ROLLBACK = Road("rollback", (("hold", None), ("drain", None), ("arm guard", "rol
                              ("start", None), (PROBE, None), ("commit", None)))
 # what runs was never proven (a run died between its start and its commit): the probe, then the commit
 ADOPT = Road("adopt", ((PROBE, None), *_COMMIT))
+
+
+# ----------------------------------------------------------------------------------------- the chooser
+# Pure: what the plan read goes in, the road comes out (tested as a table: tests/unit/roads/*.yaml).
+
+NO_ROOM = "memory does not hold both engines"  # overlap's answer when models/budget.py beside says no
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the road chooser reads; the service role's plan gathers it (service/snapshot.py, the program file on
+    disk, the program it rendered, the spec's front door, the models role's memory budget)."""
+
+    supervisord: bool  # up and answering
+    pid: int | None  # the engine's, RUNNING or STARTING (None: it does not run)
+    current: str | None  # the program file on disk (None: none yet)
+    desired: str | None  # the program file the plan rendered (None: --check before the build)
+    restarts: bool = False  # another change restarts the engine (a stale program removed)
+    front: bool = False  # a front door
+    overlap: str = "auto"  # front.overlap
+    distributed: bool = False  # a distributed part
+    last_good_serves: bool = False  # what runs is last good's config
+    fits: bool | None = None  # memory for both engines (models/budget.py beside); None: the budget is not known
+
+
+@dataclass(frozen=True)
+class Choice:
+    road: Road | None  # None: nothing to start
+    change: str  # what the road's change is: "program" (the program file changes), "start", "restart", ""
+    beside: bool  # the new engine loads beside the serving one (then on the idle slot, as a candidate)
+    why: str  # front.overlap's answer, "" without a front door
+
+
+def overlap(seen: Inputs) -> tuple[bool, str]:
+    """Does a new engine load beside the serving one, and why not? Only behind a front door, on one box, with
+    last good serving and memory for both; otherwise the serving engine stops first (the held road)."""
+    if not seen.front:
+        return False, ""
+    if seen.overlap == "off":
+        return False, "front.overlap is off"
+    if seen.distributed:
+        return False, "a distributed part"
+    if seen.pid is None or not seen.last_good_serves:
+        return False, "last good does not serve"
+    if seen.fits is None:
+        return False, "the memory budget is not known yet"
+    return (True, "memory holds both engines") if seen.fits else (False, NO_ROOM)
+
+
+def choose(seen: Inputs) -> Choice:
+    """The road a switch takes, and its change; Choice(None, …) when nothing needs starting."""
+    beside, why = overlap(seen) if seen.desired is not None else (False, "")
+    stop_first = HELD if seen.front else IN_PLACE
+    if not seen.supervisord:  # supervisord starts the engine once, from the new program file
+        return Choice(COLD_START, "program" if seen.desired is not None else "restart", False, why)
+    if seen.desired is None:  # before the build: a restart of some kind, on the road that stops first
+        return Choice(stop_first, "restart", False, why)
+    if seen.current != seen.desired:
+        return Choice(BESIDE if beside else stop_first, "program", beside, why)
+    if seen.pid is None or seen.restarts:
+        return Choice(stop_first, "start" if seen.pid is None else "restart", False, why)
+    return Choice(None, "", beside, why)

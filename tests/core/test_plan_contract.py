@@ -60,6 +60,9 @@ def test_service_applies_the_text_its_plan_rendered_and_renders_nothing_again(tm
     whats = [c.what for c in plan.changes]
     assert whats[0] == str(ctx.layout.supervisord_conf) and whats[-1] == str(ctx.layout.program_conf("ds4"))
     assert not ctx.layout.root.exists(), "planning writes nothing"
+    # the road the switch takes, step by step (--check shows the same plan)
+    assert "road: cold start: check ports, arm guard, install, start supervisord, front door, probe, commit, " \
+           "prune" in plan.notes
 
     def no_render(*args, **kwargs):
         raise AssertionError("apply rendered again")
