@@ -116,11 +116,11 @@ def plan(ctx: Context, sw: Switch) -> RolePlan:
     """supervisord's files, the front door's and the unit's, then the road a switch takes (service/roads.py
     choose) and its change; what runs is read once (service/snapshot.py)."""
     name = ctx.spec.server.name
-    seen = snapshot.read(ctx.layout, ctx.supervisor, ctx.spec, ctx.state, settle=SUPERVISORD_SETTLE_S, front=False)
+    seen = snapshot.read(ctx.layout, ctx.supervisor, ctx.spec, ctx.state, settle=SUPERVISORD_SETTLE_S)
     if seen.error is not None:  # it answers, but not as supervisord does: never taken for "down" (a second one)
         raise seen.error
     running, pid = seen.supervisord, seen.engine.pid  # pid: RUNNING or STARTING (loading: the probe waits)
-    changes, start = _supervisord_changes(ctx, running)
+    changes, start = _supervisord_changes(ctx, seen)
     changes += _stale_changes(ctx, running)  # they go before the switch: they would run beside ours
     current_conf = secrets.seal(_read(ctx.layout.program_conf(name)), ctx.layout)
     first = current_conf is None and pid is None  # nothing ran under this root: a first start, in check mode too
@@ -202,10 +202,10 @@ def _overlap_words(ctx: Context, choice: roads.Choice, numbers: str) -> str:
             f"; {switch.held_for(ctx, ctx.release.id)}")
 
 
-def _supervisord_changes(ctx: Context, running: bool) -> tuple[list[Change], str]:
+def _supervisord_changes(ctx: Context, seen: snapshot.Snapshot) -> tuple[list[Change], str]:
     """supervisord's config and the front door's (HAProxy's first: supervisord may start it from there), the
     systemd unit, and before a build supervisord's start; with how supervisord is started, in words."""
-    layout = ctx.layout
+    layout, running = ctx.layout, seen.supervisord
     changes: list[Change] = []
     haproxy = front.executable() if front.enabled(ctx) else None
     try:
@@ -221,7 +221,7 @@ def _supervisord_changes(ctx: Context, running: bool) -> tuple[list[Change], str
                               action=partial(_write_config, path=layout.supervisord_conf, text=main_conf,
                                              before=main_before)))
     elif front.enabled(ctx) and running:
-        changes += _front_running_change(ctx)
+        changes += _front_running_change(ctx, seen)
     with_systemd = systemd.has_systemd()
     unit = systemd.unit_path(ctx.spec.server.name)
     if with_systemd:
@@ -246,7 +246,7 @@ def _front_config_change(ctx: Context) -> list[Change]:
     return [Change(str(path), _read(path), front_conf, action=partial(_write_front, text=front_conf))]
 
 
-def _front_running_change(ctx: Context) -> list[Change]:
+def _front_running_change(ctx: Context, seen: snapshot.Snapshot) -> list[Change]:
     """supervisord runs this config: HAProxy must run, and send clients to last good (a run that died holding
     them, say)."""
     if not front.running(ctx):
@@ -254,11 +254,11 @@ def _front_running_change(ctx: Context) -> list[Change]:
                        action=partial(_start_front, before=None))]
     if ctx.state.last_good is None:
         return []
-    live = front.live_port(ctx)
-    points_at = front.describe(ctx)["points_at"]
-    if points_at == f"127.0.0.1:{live}":
+    live, points_at = front.live_port(ctx), seen.points_at
+    if points_at == live:
         return []
-    return [Change(f"point the front door at 127.0.0.1:{live} (it sends clients to {points_at or 'no engine'})",
+    return [Change(f"point the front door at 127.0.0.1:{live} (it sends clients to "
+                   f"{f'127.0.0.1:{points_at}' if points_at else 'no engine'})",
                    action=partial(_point_front, port=live))]
 
 
