@@ -125,6 +125,7 @@ def _record(session, ctx, document: dict, facts_at: float) -> None:
     from ds4_converge.health.probe import MODEL_ID
     from ds4_converge.service.guard import intent_path
     from ds4_converge.service.systemd import unit_path
+    from ds4_converge.service.watch import endpoint
 
     now = session.snapshot()  # what serves (service/snapshot.py): the receipt records the processes it names
     layout, name = ctx.layout, ctx.spec.server.name
@@ -155,7 +156,7 @@ def _record(session, ctx, document: dict, facts_at: float) -> None:
         files.append(ctx.toolkit.nvcc)
     asked = receipt.inputs(Path(session.args.spec), list(session.args.overrides))
     made = receipt.make(asked, root=layout.root, files=[str(f) for f in files],
-                        processes=running, endpoint=ctx.endpoint,
+                        processes=running, endpoint=endpoint(ctx),
                         model_id=MODEL_ID, document=document, facts_at=facts_at)
     made.update(lock=str(layout.lock_file), logs=str(layout.logs), recorded_at=time.strftime("%Y-%m-%d %H:%M:%S"),
                 lines=_lines(document))

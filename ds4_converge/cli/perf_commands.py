@@ -48,6 +48,7 @@ def bench(args, session) -> int:
     from ds4_converge.cli import perf_report, report
     from ds4_converge.health.bench import BenchError, BenchOptions, bench as measure, history, latest_per_key
     from ds4_converge.health.probe import NotReady, Unhealthy
+    from ds4_converge.service.watch import endpoint
 
     ctx = session.context()
     if not ctx.layout.root.exists():
@@ -56,9 +57,9 @@ def bench(args, session) -> int:
     options = BenchOptions(prompt_tokens=args.prompt_tokens, concurrency=args.concurrency, reps=args.reps,
                            gen_tokens=args.gen_tokens)
     try:
-        record = measure(ctx, options, say=(lambda _m: None) if session.json else session.err_line)
+        record = measure(ctx, options, ctx.state.current, endpoint(ctx), say=(lambda _m: None) if session.json else session.err_line)
     except (BenchError, NotReady, Unhealthy) as exc:
-        raise CliError(FAILED, "failed", f"bench: {ctx.endpoint}: {exc}") from None
+        raise CliError(FAILED, "failed", f"bench: {endpoint(ctx)}: {exc}") from None
     if args.plot:
         try:
             perf_report.plot(latest_per_key(history(ctx.layout.bench_results)), Path(args.plot))

@@ -23,6 +23,7 @@ from pathlib import Path
 from ds4_converge.cli import report
 
 TAIL_BYTES = 8192
+ENGINE_ROLES = ("service", "probe", "rollback")  # the roles during which the engine (re)starts
 
 
 def mode_for(json_mode: bool, stream=None) -> str:
@@ -78,6 +79,7 @@ class Reporter:
         self.extra_lines = None  # callable(result) -> lines printed under a role's line (the config diff)
         self._lock = threading.RLock()
         self._role: str | None = None
+        self._engine_touched = False  # a role that (re)starts the engine ran: a revert after it follows its log
         self._activity = ""
         self._since = time.monotonic()
         self._last_print = time.monotonic()
@@ -111,6 +113,7 @@ class Reporter:
     def role_started(self, name: str) -> None:
         with self._lock:
             self._role = name
+            self._engine_touched |= name in ENGINE_ROLES
             self._begin(f"{name} …" if name else "")
             if self.mode == "live" and name != "models":  # downloads draw their own progress bars
                 self._start_live()
@@ -188,7 +191,7 @@ class Reporter:
             return None
         if self._role == "engine" and ctx.build is not None:
             return ctx.layout.build_log(ctx.build.release_id)
-        if self._role in ("service", "probe", "rollback") or (self._role is None and ctx.switched):
+        if self._role in ENGINE_ROLES or (self._role is None and self._engine_touched):
             return ctx.layout.engine_log(ctx.spec.server.name)
         return None
 

@@ -31,28 +31,6 @@ if TYPE_CHECKING:  # names for the fields' types; a run loads none of them for t
     from ds4_converge.core.role_result import RoleResult
     from ds4_converge.core.supervision import Supervision
     from ds4_converge.facts import HostFacts
-    from ds4_converge.service.drain import Drained
-    from ds4_converge.service.start_log import StartMark
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What the probe hands the switch: this deployment passed the whole probe (the switch commits it)."""
-
-    deployment: Deployment
-    pid: int | None
-    bench: dict | None = None  # the performance gate's measurement, recorded with last good
-    load_s: float | None = None  # from its start to its smoke answered: how long a held client waits for it
-
-
-@dataclass
-class Candidate:
-    """A new engine started beside the one that serves (a front door's blue-green switch, service/switch.py):
-    its own supervisord program on the idle slot, until the switch commits or reverts."""
-
-    program: str
-    deployment: Deployment
-    under_probe: bool = True  # the probe, gate and warm-up talk to it; False once the switch commits
 
 
 @dataclass
@@ -77,15 +55,9 @@ class Context:
     release: Release | None = None
     models: ModelPaths | None = None
     memory: MemoryFit | None = None  # the models role's memory budget: the estimate, its room, why it fell short
-    gate_baseline: Any = None  # health.gate.Baseline: the old engine benched in this run just before the switch
     desired: Deployment | None = None
     restart_needed: bool = False
     prepared: bool = False  # engine.prepare ran in this run
-    switched: bool = False  # the old engine was stopped: a failure from here on needs a revert
-    start: StartMark | None = None  # the engine started last by this run: where its log lines begin
-    drained: Drained | None = None  # what the last stop waited for
-    verdict: Verdict | None = None  # the probe's, until the switch commits it
-    candidate: Candidate | None = None  # the new engine started beside the serving one, until the switch settles
     state: State = field(default_factory=State)
     command: str = "converge"  # the CLI command of this run (converge, rollback, tune …): a switch records it
     # the roles' handles, made by the orchestration; they read or write nothing until first used
@@ -116,33 +88,6 @@ class Context:
     def host_path(self, raw: str) -> Path:
         """Expand a spec path on this host for the service user (never the caller's own HOME)."""
         return _host_path(self.loaded, raw, self.account)
-
-    @property
-    def endpoint(self) -> str:
-        """Where the engine answers (the probe, drain and bench talk to it directly). With a front door, the
-        slot of the engine started last (the switch records it as current before it starts it), or of the
-        candidate under probe beside it."""
-        if self.probed is not None:
-            return self.probed.deployment.endpoint
-        if self.spec.front is not None:
-            current = self.state.current
-            return current.endpoint if current is not None else f"http://127.0.0.1:{self.spec.server.port}"
-        return f"http://{self.spec.server.host}:{self.spec.server.port}"
-
-    @property
-    def engine_deployment(self) -> Deployment | None:
-        """What runs as it was started, for those who talk to it: the candidate under probe, else current."""
-        return self.probed.deployment if self.probed is not None else self.state.current
-
-    @property
-    def engine_program(self) -> str:
-        """The supervisord program of the engine the probe watches: server.name, or the candidate under probe."""
-        return self.probed.program if self.probed is not None else self.spec.server.name
-
-    @property
-    def probed(self) -> Candidate | None:
-        """The candidate while the probe, gate and warm-up talk to it; None otherwise."""
-        return self.candidate if self.candidate is not None and self.candidate.under_probe else None
 
 
 def service_account(loaded: LoadedSpec) -> tuple[str, str]:

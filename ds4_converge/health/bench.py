@@ -412,14 +412,14 @@ def headline(record: dict) -> float | None:
     return min(singles, key=lambda c: c["prompt_tokens_target"])["decode_tps"]["median"]
 
 
-def bench(ctx, options: BenchOptions, *, kind: str = "bench", say=lambda _m: None,
+def bench(ctx, options: BenchOptions, current, endpoint: str, *, kind: str = "bench", say=lambda _m: None,
           traffic: Traffic | None = None) -> dict:
-    """Bench what runs now for `ctx`'s spec, append the record under root, and return it. `traffic`: clients'
-    requests on that engine, from its front door (the record's `alone` says what the rounds met)."""
+    """Bench `current` (the Deployment that runs, as it was started; None: not known) on `endpoint` for `ctx`'s
+    spec, append the record under root, and return it. `traffic`: clients' requests on that engine, from its
+    front door (the record's `alone` says what the rounds met)."""
     from ds4_converge.health.platform import Sampler
 
-    current = ctx.engine_deployment
-    endpoint = current.endpoint if current and current.endpoint else ctx.endpoint  # what runs, as it was started
+    endpoint = current.endpoint if current and current.endpoint else endpoint  # what runs, as it was started
     alone = Alone()
     with Sampler() as gpu:  # clocks, power, throttle reasons and tenants while it runs (health/platform.py)
         results, stats = measure(endpoint, options, say, traffic, alone)

@@ -20,10 +20,12 @@ from ds4_converge.errors import Ds4Error
 from ds4_converge.health import role as probe
 from ds4_converge.models import role as models
 from ds4_converge.models.placement import placements
+from ds4_converge.orchestrate import drive
 from ds4_converge.preflight import role as preflight
 from ds4_converge.preflight.scope import fact_request
 from ds4_converge.service import role as service
 from ds4_converge.service import switch
+from ds4_converge.service.switch import Switch
 from ds4_converge.toolchain import role as toolchain
 
 # models before engine: a wrong file or a budget that cannot fit is refused before a build starts
@@ -43,6 +45,8 @@ class Outcome:
     detail: str = ""
     exception: BaseException | None = field(default=None, repr=False)  # for --debug; never in the JSON
     repairs: list[str] = field(default_factory=list)  # what this run found broken and mended (said once)
+    # this run's switch, held here from the service role's apply to its commit or revert (service/switch.py)
+    switch: Switch = field(default_factory=Switch, repr=False)
 
     @property
     def changed(self) -> bool:
@@ -68,9 +72,10 @@ def gather_facts(ctx: Context):
 
 
 def converge(ctx: Context, *, diff: bool = False, roles: Sequence = ROLES,
-             revert: Callable[[Context, Outcome], None] | None = None) -> Outcome:
-    """`roles` and `revert` are seams for tests (fake roles); a run uses the real ones."""
+             revert: Callable[[Context, Outcome], None] | None = None, sw: Switch | None = None) -> Outcome:
+    """`roles`, `revert` and `sw` are seams for tests (fake roles); a run uses the real ones."""
     revert = revert or revert_to_last_good
+    sw = sw or Switch()
     damaged = ctx.state.damaged
     if damaged:
         ctx.say(f"warning: {damaged}")
@@ -78,7 +83,7 @@ def converge(ctx: Context, *, diff: bool = False, roles: Sequence = ROLES,
         if ctx.facts is None:
             ctx.facts = gather_facts(ctx)
     except BaseException as exc:  # noqa: BLE001 - nothing changed yet: a clean failure is enough
-        outcome = Outcome(ok=True)
+        outcome = Outcome(ok=True, switch=sw)
         return _failed(ctx, outcome, roles, revert, roles[0].NAME, _unexpected(exc, outcome), plan=None,
                        diff=diff, done=[])
     repaired = None
@@ -87,7 +92,7 @@ def converge(ctx: Context, *, diff: bool = False, roles: Sequence = ROLES,
         repaired = switch.recover_stale(ctx)  # a run that died mid-switch, and no guard repaired it
         if repaired:
             ctx.say(repaired)
-    outcome = Outcome(ok=True)
+    outcome = Outcome(ok=True, switch=sw)
     try:
         _run(ctx, outcome, roles, revert, diff)
     except KeyboardInterrupt as exc:
@@ -99,8 +104,8 @@ def converge(ctx: Context, *, diff: bool = False, roles: Sequence = ROLES,
         why = f"interrupted ({exc})" if str(exc) else "interrupted (SIGINT)"
         return _failed(ctx, outcome, roles, revert, role, RoleFailed(why), plan=None, diff=diff, done=[])
     finally:
-        if ctx.switched and not ctx.check:
-            switch.settle(ctx)  # settled: proven, reverted, or reported as failed with what serves
+        if sw.begun and not ctx.check:
+            switch.settle(ctx, sw)  # settled: proven, reverted, or reported as failed with what serves
     outcome.repairs = [r for r in (damaged and f"state: {damaged}", repaired) if r]
     if outcome.results:
         outcome.results[0].warnings[:0] = outcome.repairs
@@ -117,7 +122,7 @@ def _run(ctx: Context, outcome: Outcome, roles: Sequence, revert, diff: bool) ->
         changes, messages, plan = [], [], None
         while True:
             try:
-                plan = role.plan(ctx)
+                plan = _plan(role, ctx, outcome.switch)
             except Ds4Error as exc:
                 return _failed(ctx, outcome, roles, revert, role.NAME, exc, plan=None, diff=diff, done=changes)
             except BaseException as exc:  # noqa: BLE001 - a plan changes nothing: a clean failure is enough
@@ -138,7 +143,7 @@ def _run(ctx: Context, outcome: Outcome, roles: Sequence, revert, diff: bool) ->
                 return _failed(ctx, outcome, roles, revert, role.NAME, RoleFailed(getattr(exc, "message", str(exc))),
                                plan=None, diff=diff, done=changes)
             try:
-                messages.append(plans.apply(ctx, plan) + _commit(ctx))
+                messages.append(_apply(ctx, plan, outcome.switch))
             except Ds4Error as exc:
                 return _failed(ctx, outcome, roles, revert, role.NAME, exc, plan=plan, diff=diff, done=changes)
             except BaseException as exc:  # noqa: BLE001
@@ -151,26 +156,29 @@ def _run(ctx: Context, outcome: Outcome, roles: Sequence, revert, diff: bool) ->
                 break
         _record(ctx, outcome, _result(plan, diff, ctx.check, changes, messages))
     outcome.release = ctx.desired.release if ctx.desired else (ctx.build.release_id if ctx.build else None)
-    outcome.endpoint = ctx.endpoint
+    outcome.endpoint = outcome.switch.endpoint(ctx)
     return outcome
 
 
-def _commit(ctx: Context) -> str:
-    """A role handed a verdict (the probe: the switched engine is healthy): the switch commits it."""
-    verdict, ctx.verdict = ctx.verdict, None
-    return f"; {switch.commit(ctx, verdict, prove=lambda: _answers_again(ctx))}" if verdict is not None else ""
+def _plan(role, ctx: Context, sw: Switch) -> RolePlan:
+    """Each role plans from the Context; the service role is handed this run's switch to begin, the probe the
+    engine under probe (the candidate beside the serving one, or what the switch started)."""
+    if role is service:
+        return service.plan(ctx, sw)
+    if role is probe:
+        return probe.plan(ctx, sw.under_probe(ctx))
+    return role.plan(ctx)
 
 
-def _answers_again(ctx: Context) -> None:
-    """What a commit started again (a candidate's release under server.name, service/switch.py) answers: what
-    passed the whole probe a moment ago needs no soak again."""
-    from ds4_converge.health.probe import Unhealthy, wait_healthy
-
-    try:
-        wait_healthy(probe.target(ctx), probe.process_state(ctx), soak=False)
-    except Unhealthy as exc:
-        raise RoleFailed(f"release {ctx.desired.release} passed the probe beside the serving engine, but not once "
-                         f"started as {ctx.spec.server.name}: {exc}", exc.detail) from None
+def _apply(ctx: Context, plan: RolePlan, sw: Switch) -> str:
+    """Exactly the plan; a road the service role's apply chose is run step by step (orchestrate/drive.py) up to
+    the probe, and once a role handed a verdict (the probe: the switched engine is healthy) the rest of it."""
+    said = [plans.apply(ctx, plan)]
+    if sw.road is not None and not sw.begun:
+        said.append(drive.begin(ctx, sw))
+    if sw.verdict is not None:
+        said.append(drive.commit(ctx, sw))
+    return "; ".join(filter(None, said))
 
 
 def _record(ctx: Context, outcome: Outcome, result: RoleResult) -> None:
@@ -214,7 +222,7 @@ def _fail_and_revert(ctx: Context, outcome: Outcome, roles: Sequence, revert, ro
     finished = {r.name for r in outcome.results}
     for skipped in [r.NAME for r in roles if r.NAME not in finished]:
         _record(ctx, outcome, RoleResult(skipped, "skipped", f"not run: {role} failed"))
-    if ctx.switched and not ctx.check:
+    if outcome.switch.begun and not ctx.check:
         try:
             revert(ctx, outcome)
         except BaseException as exc:  # noqa: BLE001 - the revert is guarded: say what failed and what serves
@@ -245,12 +253,14 @@ def revert_to_last_good(ctx: Context, outcome: Outcome) -> None:
 
     last_good = ctx.state.last_good
     try:
-        reverted = switch.revert(ctx)
-        if reverted.started is None:
+        reverted = switch.revert(ctx, outcome.switch)
+        if reverted.road is None:
             outcome.error += f"; {reverted.note}"
             return
+        drive.run(ctx, outcome.switch, reverted.road.before_probe())
         # last good passed its soak already: prove it answers, don't make the outage longer
-        wait_healthy(probe.target(ctx), probe.process_state(ctx), soak=False)
+        engine = outcome.switch.under_probe(ctx)
+        wait_healthy(probe.target(ctx, engine), engine.watch(), soak=False)
     except (*APPLY_ERRORS, Unhealthy) as exc:
         target = last_good.release if last_good else "a stopped engine"
         outcome.error += f"; revert to {target} failed too: {exc}; serving now: {switch.serving(ctx)}"

@@ -1,12 +1,17 @@
-"""`ds4-converge rollback SPEC`: back to last good, through the same probe as any switch."""
+"""`ds4-converge rollback SPEC`: back to last good, through the same probe and the same commit as any switch."""
 from __future__ import annotations
 
+from ds4_converge.core import interrupts
 from ds4_converge.core.context import Context
 from ds4_converge.core.role_result import RoleResult
+from ds4_converge.core.verdict import Verdict
+from ds4_converge.orchestrate import drive
 from ds4_converge.orchestrate.reconciler import APPLY_ERRORS, Outcome
 from ds4_converge.health import role as probe
 from ds4_converge.health.probe import Unhealthy, wait_healthy
 from ds4_converge.service import switch
+from ds4_converge.service.roads import ROLLBACK
+from ds4_converge.service.switch import Switch
 
 
 def rollback(ctx: Context) -> Outcome:
@@ -21,15 +26,17 @@ def rollback(ctx: Context) -> Outcome:
         why = "no earlier good release recorded" if on_last_good else "no last good release recorded"
         return Outcome(ok=False, error=f"rollback: {why}", results=[RoleResult("rollback", "failed", why)])
     ctx.desired = target  # what the switch goes to: people are shown what it changes
+    sw = Switch(road=ROLLBACK, target=target)
     try:
-        switch.roll_back_to(ctx, target)
-        pid = wait_healthy(probe.target(ctx), probe.process_state(ctx))
-        switch.expose(ctx, target)  # proven: clients reach it (a front door points at its slot)
-        state.bless(target)
-        state.save(ctx.layout.state_file)
-        # before the guard stands down: until then the watchdog leaves the box to this run; after, it must ask the
-        # engine that serves now (a front door's other slot), never the one this rollback stopped
-        switch.watch_last_good(ctx)
+        if not ctx.supervisor.is_running():
+            ctx.supervisor.start_daemon()
+        with interrupts.shielded():  # once the running engine is stopped, the target must be started
+            drive.run(ctx, sw, ROLLBACK.before_probe())
+        engine = sw.under_probe(ctx)
+        pid = wait_healthy(probe.target(ctx, engine), engine.watch())
+        # proven: clients reach it (a front door points at its slot), recorded as last good, the watchdog asks it
+        sw.verdict = Verdict(target, pid, target.bench, target.load_s)
+        drive.run(ctx, sw, ROLLBACK.after_probe())
     except Unhealthy as exc:
         return Outcome(ok=False, release=target.release, error=f"rollback: {target.release} is not healthy: {exc}",
                        detail=exc.detail, results=[RoleResult("rollback", "failed", str(exc))])
@@ -37,6 +44,6 @@ def rollback(ctx: Context) -> Outcome:
         return Outcome(ok=False, release=target.release, error=f"rollback to {target.release} failed: {exc}",
                        results=[RoleResult("rollback", "failed", str(exc))])
     finally:
-        switch.settle(ctx)  # settled either way: the report says what runs
+        switch.settle(ctx, sw)  # settled either way: the report says what runs
     return Outcome(ok=True, release=target.release, endpoint=target.endpoint,
                    results=[RoleResult("rollback", "changed", f"back on {target.release} (pid {pid})")])

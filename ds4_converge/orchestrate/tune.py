@@ -21,6 +21,7 @@ from ds4_converge.orchestrate.reconciler import Outcome, converge
 from ds4_converge.core.state import State
 from ds4_converge.health.bench import BenchError, BenchOptions, bench, headline
 from ds4_converge.health.probe import NotReady, Unhealthy
+from ds4_converge.service.watch import endpoint
 from ds4_converge.spec.loader import LoadedSpec, SpecInvalid, load_spec, read_spec_text
 from ds4_converge.spec.model import Spec
 
@@ -130,10 +131,10 @@ def try_candidate(loaded: LoadedSpec, overrides: list[str], candidate: Candidate
     if not outcome.ok:
         if "interrupted" in outcome.error:
             raise KeyboardInterrupt
-        return Trial(candidate, "failed" if ctx.switched else "skipped", outcome.error)
+        return Trial(candidate, "failed" if outcome.switch.begun else "skipped", outcome.error)
     say(f"tune: {candidate.label}: benching")
     try:
-        record = bench(ctx, options, kind="tune")
+        record = bench(ctx, options, ctx.state.current, endpoint(ctx), kind="tune")
     except (BenchError, NotReady, Unhealthy) as exc:
         return Trial(candidate, "failed", f"bench: {exc}")
     return Trial(candidate, "ok", decode_tps=headline(record), record=record)

@@ -135,7 +135,7 @@ def public_url(ctx: Context) -> str:
     return f"{scheme(ctx)}://{host}:{front.port}"
 
 
-def write_files(ctx: Context, text: str) -> None:
+def write_files(ctx: Context, text: str, candidate: Deployment | None = None) -> None:
     """The config, the 401 body, and the links to the certificate and its key; and for Prometheus, the release
     each slot serves from now and front.hold_s (whenever the config is written: the front door moves, or its
     settings change)."""
@@ -148,7 +148,7 @@ def write_files(ctx: Context, text: str) -> None:
         if ctx.spec.front.tls:
             os.symlink(ctx.host_path(getattr(ctx.spec.front.tls, target)), path)
     write_atomic(config_path(layout), text, mode=0o600)
-    write_textfile(ctx)
+    write_textfile(ctx, candidate)
 
 
 @dataclass(frozen=True)
@@ -386,10 +386,10 @@ def hold(ctx: Context) -> bool:
     return True
 
 
-def point_at(ctx: Context, port: int) -> None:
+def point_at(ctx: Context, port: int, candidate: Deployment | None = None) -> None:
     """Clients go to `port` from now: the config says so for HAProxy's next start, and the running HAProxy is
-    told on its admin socket."""
-    write_files(ctx, config(ctx, active=port))
+    told on its admin socket. `candidate`: a new engine started beside the serving one (it has a slot too)."""
+    write_files(ctx, config(ctx, active=port), candidate)
     if running(ctx):
         try:
             serve_port(ctx.layout, ctx.spec.server.name, port)
@@ -460,13 +460,13 @@ def describe(ctx: Context, now) -> dict:
 TEXTFILE = "ds4_converge_front.prom"  # under ROOT/metrics, beside the fleet's textfile (cli/fleet_facts.py)
 
 
-def slot_map(ctx: Context) -> list[dict]:
+def slot_map(ctx: Context, candidate: Deployment | None = None) -> list[dict]:
     """[{"server": "a", "port", "release"}, …]: the release each slot serves, or served last (an idle slot keeps
     its last release, so that its counters, which no longer move, stay its release's). What listens on a slot
-    is the candidate started beside the serving engine, else the deployment that runs; an idle slot keeps the
+    is `candidate` (started beside the serving engine), else the deployment that runs; an idle slot keeps the
     release the map last written gave it, else the newest good one that ran there; None where none ever did."""
-    state, candidate = ctx.state, ctx.candidate
-    listening = [candidate.deployment] if candidate is not None else []
+    state = ctx.state
+    listening = [candidate] if candidate is not None else []
     listening += [state.current] if state.current is not None else []
     before = _written_map(ctx.layout)
     slots_map = []
@@ -490,7 +490,7 @@ def _written_map(layout: Layout) -> dict:
         return {}
 
 
-def metrics_text(ctx: Context) -> str:
+def metrics_text(ctx: Context, candidate: Deployment | None = None) -> str:
     from ds4_converge.core.textfile import render
 
     labels = {"root": str(ctx.layout.root), "proxy": f"{ctx.spec.server.name}-engine"}
@@ -498,7 +498,7 @@ def metrics_text(ctx: Context) -> str:
         ("ds4_converge_front_slot_info", "The release each engine slot of the front door serves (always 1): join "
          "HAProxy's server series on (proxy, server) to count them per release.",
          [({**labels, "server": slot["server"], "port": slot["port"], "release": slot["release"]}, 1)
-          for slot in slot_map(ctx) if slot["release"]]),
+          for slot in slot_map(ctx, candidate) if slot["release"]]),
         ("ds4_converge_front_hold_seconds", "front.hold_s: how long the front door holds a request while no "
          "engine serves.", [(labels, ctx.spec.front.hold_s)]),
     ])
@@ -509,11 +509,11 @@ def forget_textfile(layout: Layout) -> None:
     _map_path(layout).unlink(missing_ok=True)
 
 
-def write_textfile(ctx: Context) -> None:
+def write_textfile(ctx: Context, candidate: Deployment | None = None) -> None:
     """The map as the front door moves: kept (front/slots.json) and written for the node exporter. Best effort:
     metrics never fail a switch (a full disk, say); the next move writes them again."""
     try:
-        write_atomic(_map_path(ctx.layout), json.dumps(slot_map(ctx)) + "\n")
-        write_atomic(ctx.layout.root / "metrics" / TEXTFILE, metrics_text(ctx))
+        write_atomic(_map_path(ctx.layout), json.dumps(slot_map(ctx, candidate)) + "\n")
+        write_atomic(ctx.layout.root / "metrics" / TEXTFILE, metrics_text(ctx, candidate))
     except OSError as exc:
         ctx.say(f"warning: the front door's release map for Prometheus was not written ({exc})")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -21,11 +22,14 @@ from ds4_converge.core.state import Deployment
 from ds4_converge.models.gguf import judge_files
 from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
 from ds4_converge.models.placement import SLOTS
-from ds4_converge.service import front, render, secrets, snapshot, switch, systemd, watchdog
+from ds4_converge.service import front, render, roads, secrets, snapshot, start_log, switch, systemd, watchdog
 from ds4_converge.service.supervisor import SupervisorError, supervisord_argv
+from ds4_converge.service.switch import Switch
+from ds4_converge.service.watch import endpoint
 
 NAME = "service"
 LOCK_ENV = load_knowledge()["lock"]["env"]  # every ds4 program flock()s this file; one per instance
+SUPERVISORD_SETTLE_S = 30  # a supervisord that is reloading is waited for (Supervisor.is_running's own bound)
 
 
 def desired_deployment(ctx: Context, current_conf: str | None = None, *, beside: bool = False) -> Deployment:
@@ -34,7 +38,7 @@ def desired_deployment(ctx: Context, current_conf: str | None = None, *, beside:
     the new engine is probed as a candidate on the idle slot (:func:`candidate_deployment`) and ends on the slot
     HAProxy points at."""
     if not front.enabled(ctx):
-        return _deployment(ctx, ctx.spec.server, ctx.endpoint)
+        return _deployment(ctx, ctx.spec.server, endpoint(ctx))
     for port in (front.live_port(ctx),) if beside else (front.live_port(ctx), front.idle_port(ctx)):
         deployment = _deployment(ctx, *_on_slot(ctx, port))
         if deployment.program_conf == current_conf:
@@ -108,126 +112,164 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def plan(ctx: Context) -> RolePlan:
-    name, layout, supervisor = ctx.spec.server.name, ctx.layout, ctx.supervisor
+def plan(ctx: Context, sw: Switch) -> RolePlan:
+    """supervisord's files, the front door's and the unit's, then the road a switch takes (service/roads.py
+    choose) and its change; what runs is read once (service/snapshot.py)."""
+    name = ctx.spec.server.name
+    seen = snapshot.read(ctx.layout, ctx.supervisor, ctx.spec, ctx.state, settle=SUPERVISORD_SETTLE_S)
+    if seen.error is not None:  # it answers, but not as supervisord does: never taken for "down" (a second one)
+        raise seen.error
+    running, pid = seen.supervisord, seen.engine.pid  # pid: RUNNING or STARTING (loading: the probe waits)
+    changes, start = _supervisord_changes(ctx, seen)
+    changes += _stale_changes(ctx, running)  # they go before the switch: they would run beside ours
+    current_conf = secrets.seal(_read(ctx.layout.program_conf(name)), ctx.layout)
+    first = current_conf is None and pid is None  # nothing ran under this root: a first start, in check mode too
+    seen_here, numbers = _inputs(ctx, running, pid, current_conf, changes)
+    if ctx.release is None:  # --check before the build: the command line is known once ds4-server --help is
+        choice = roads.choose(seen_here)
+        changes.append(Change(f"{'start' if first else 'restart'} {name} on release {ctx.build.release_id}",
+                              current_conf, "(command line rendered after the build, from the flags ds4-server "
+                                            "--help lists)\n", restarts=True))
+    else:
+        ctx.desired = desired_deployment(ctx, current_conf, beside=roads.overlap(seen_here)[0])
+        choice = roads.choose(replace(seen_here, desired=ctx.desired.program_conf))
+        changes += _road_change(ctx, sw, choice, current_conf)
+    ctx.restart_needed = any(c.restarts for c in changes)
+    notes = _notes(ctx, choice, start, numbers) if ctx.restart_needed else []
+    if ctx.release is not None and not ctx.restart_needed:
+        changes += watch_changes(ctx)  # a restart's commit tells the watchdog itself (service/switch.py)
+    if ctx.release is not None:  # a port held by someone else is preflight's finding (facts); a road re-checks
+        notes += [Finding("info", note) for note in not_rendered(ctx.release, ctx.spec.server)]
+    reason = (f"{name} runs release {ctx.release.id} (pid {pid}), config unchanged" if not changes
+              else f"start {name} (first start)" if first and ctx.restart_needed
+              else f"{'restart' if ctx.restart_needed else 'update'} {name}")
+    return RolePlan(NAME, changes, reason=reason, findings=notes)
+
+
+def _inputs(ctx: Context, running: bool, pid: int | None, current_conf: str | None,
+            changes: list[Change]) -> tuple[roads.Inputs, str]:
+    """What the road chooser reads, and the memory numbers behind `fits` (for the plan's words)."""
+    fits, numbers, state, memory = None, "", ctx.state, ctx.memory
+    if front.enabled(ctx) and memory is not None and ctx.release is not None:
+        from ds4_converge.models import budget
+
+        shared = ctx.spec.engine.target in ctx.release.knowledge["load"].get("shared_mapping_targets", ())
+        fits, numbers = budget.beside(memory.estimate, memory.room, shared_weights=shared)
+    return roads.Inputs(supervisord=running, pid=pid, current=current_conf, desired=None,
+                        restarts=any(c.restarts for c in changes), front=front.enabled(ctx),
+                        overlap=ctx.spec.front.overlap if ctx.spec.front else "off",
+                        distributed=ctx.spec.distributed is not None,
+                        last_good_serves=state.last_good is not None and state.last_good.same_config(state.current),
+                        fits=fits), numbers
+
+
+def _road_change(ctx: Context, sw: Switch, choice: roads.Choice, current_conf: str | None) -> list[Change]:
+    """The change that begins the switch (service/switch.py begin): the orchestration runs its road."""
+    if choice.road is None:
+        return []
+    name, desired = ctx.spec.server.name, ctx.desired
+    candidate = candidate_deployment(ctx) if choice.road is roads.BESIDE else None
+    begin = partial(switch.begin, sw=sw, road=choice.road, target=desired, candidate=candidate)
+    if choice.change == "program":
+        return [Change(str(ctx.layout.program_conf(name)), current_conf, desired.program_conf, restarts=True,
+                       action=begin)]
+    return [Change(f"start {name} (not running)" if choice.change == "start" else f"restart {name}",
+                   restarts=True, action=begin)]
+
+
+def _notes(ctx: Context, choice: roads.Choice, start: str, numbers: str) -> list[Finding]:
+    """The road in words: a cold start's supervisord, why a switch goes beside or stops the serving engine
+    first (front.overlap's answer), and the road's steps (--check prints them too)."""
+    notes = []
+    if choice.road is roads.COLD_START and ctx.release is not None:
+        notes.append(f"{start}, which starts {ctx.spec.server.name} on release {ctx.desired.release}")
+    elif choice.change == "program" and choice.why:
+        notes.append(_overlap_words(ctx, choice, numbers))
+    if choice.road is not None:
+        notes.append(f"road: {choice.road.words()}")
+    return [Finding("info", note) for note in notes]
+
+
+def _overlap_words(ctx: Context, choice: roads.Choice, numbers: str) -> str:
+    """Does the new engine load beside the serving one (the front door's overlap switch), and why, in words?
+    Only with last good serving on one box, and memory for both (models/budget.py beside): otherwise the serving
+    engine stops first and the front door holds requests."""
+    if choice.beside:
+        return (f"the new engine loads beside the serving one on 127.0.0.1:{front.idle_port(ctx)}, and clients "
+                f"move to it once it passed the probe ({numbers})")
+    why = numbers if choice.why == roads.NO_ROOM else choice.why
+    return (f"the serving engine stops before the new one loads (the front door holds requests meanwhile): {why}"
+            f"; {switch.held_for(ctx, ctx.release.id)}")
+
+
+def _supervisord_changes(ctx: Context, seen: snapshot.Snapshot) -> tuple[list[Change], str]:
+    """supervisord's config and the front door's (HAProxy's first: supervisord may start it from there), the
+    systemd unit, and before a build supervisord's start; with how supervisord is started, in words."""
+    layout, running = ctx.layout, seen.supervisord
     changes: list[Change] = []
-    notes: list[Finding] = []
     haproxy = front.executable() if front.enabled(ctx) else None
     try:
         main_conf = render.supervisord_conf(layout, front=front.haproxy_argv(layout, haproxy) if haproxy else None,
                                             cache=ctx.renders)
     except render.UnsafeValue as exc:  # paths.root is checked at validation; this guards the renderer's rule
         raise RoleFailed(f"paths.root: cannot render supervisord's config: {exc}") from None
-    running = supervisor.is_running()
-    if front.enabled(ctx):  # the front door's config first: supervisord may start HAProxy from it below
-        try:
-            front_conf = front.config(ctx, active=front.live_port(ctx))
-        except (render.UnsafeValue, front.FrontError) as exc:
-            raise RoleFailed(f"front: cannot render HAProxy's config: {exc}") from None
-        path = front.config_path(layout)
-        if _read(path) != front_conf:
-            changes.append(Change(str(path), _read(path), front_conf,
-                                  action=partial(_write_front, text=front_conf)))
+    if front.enabled(ctx):
+        changes += _front_config_change(ctx)
     main_before = _read(layout.supervisord_conf)
     if main_before != main_conf:
         changes.append(Change(str(layout.supervisord_conf), main_before, main_conf,
                               action=partial(_write_config, path=layout.supervisord_conf, text=main_conf,
                                              before=main_before)))
-    elif front.enabled(ctx) and running and not front.running(ctx):
-        changes.append(Change(f"start the front door ({front.PROGRAM}, not running)",
-                              action=partial(_start_front, before=None)))
-    elif front.enabled(ctx) and running and ctx.state.last_good is not None:
-        # HAProxy runs this config: it must send clients to last good (a run that died holding them, say)
-        live = front.live_port(ctx)
-        points_at = snapshot.read(layout, supervisor, ctx.spec, ctx.state).points_at
-        if points_at != live:
-            changes.append(Change(f"point the front door at 127.0.0.1:{live} (it sends clients to "
-                                  f"{f'127.0.0.1:{points_at}' if points_at else 'no engine'})",
-                                  action=partial(_point_front, port=live)))
+    elif front.enabled(ctx) and running:
+        changes += _front_running_change(ctx, seen)
     with_systemd = systemd.has_systemd()
-    unit = systemd.unit_path(name)
+    unit = systemd.unit_path(ctx.spec.server.name)
     if with_systemd:
         text = _unit(ctx)
         if _read(unit) != text:
             changes.append(Change(str(unit), _read(unit), text, action=partial(_install_unit, path=unit, text=text)))
     start = "start supervisord" + ("" if with_systemd else
                                    " directly (no systemd here: it will not come back after a reboot)")
-    if not running and ctx.release is None:  # --check before the build; otherwise the cold start below
+    if not running and ctx.release is None:  # --check before the build; otherwise the cold start's road
         changes.append(Change(start, action=partial(_start_supervisord, unit=unit if with_systemd else None)))
-    info = supervisor.info(name) if running else None
-    # STARTING, or RUNNING but still loading: supervisord is (re)starting it; the probe waits for it
-    pid = info["pid"] if info and info["statename"] in ("RUNNING", "STARTING") else None
-    current_conf = secrets.seal(_read(layout.program_conf(name)), layout)
-    first = current_conf is None and pid is None  # nothing ran under this root: a first start, in check mode too
-    # stale programs go before the switch: they would run beside ours
-    changes += [Change(f"remove program {p.stem} " + ("(the candidate of a switch whose run died)"
-                                                       if p.stem == switch.candidate_program(ctx)
-                                                       else f"(renamed to {name})"),
-                       before=_read(p), restarts=p.stem != switch.candidate_program(ctx),
-                       action=partial(_remove_program, path=p, running=running))
-                for p in stale_programs(ctx)]
-    if ctx.release is None:
-        # check mode before the build: the exact command line is known only once the binary lists its flags
-        verb = "start" if first else "restart"
-        changes.append(Change(f"{verb} {name} on release {ctx.build.release_id}", current_conf,
-                              "(command line rendered after the build, from the flags ds4-server --help lists)\n",
-                              restarts=True))
-    else:
-        beside, why = overlap(ctx, pid)
-        ctx.desired = desired_deployment(ctx, current_conf, beside=beside)
-        if not running:
-            # a cold start: supervisord starts what its program file says, so write the new one first and
-            # the engine starts once (never the old program, only to be stopped a moment later: an 81 GB load)
-            changes.append(Change(str(layout.program_conf(name)), current_conf, ctx.desired.program_conf,
-                                  restarts=True, action=partial(_cold_start, deployment=ctx.desired,
-                                                                unit=unit if with_systemd else None)))
-            notes.append(Finding("info", f"{start}, which starts {name} on release {ctx.desired.release}"))
-        elif current_conf != ctx.desired.program_conf:
-            candidate = candidate_deployment(ctx) if beside else None
-            changes.append(Change(str(layout.program_conf(name)), current_conf, ctx.desired.program_conf,
-                                  restarts=True, action=partial(_switch, deployment=ctx.desired, candidate=candidate)))
-            if why:
-                notes.append(Finding("info", why))
-        elif pid is None or any(c.restarts for c in changes):
-            changes.append(Change(f"start {name} (not running)" if pid is None else f"restart {name}",
-                                  restarts=True, action=partial(_switch, deployment=ctx.desired)))
-    ctx.restart_needed = any(c.restarts for c in changes)
-    if ctx.release is not None and not ctx.restart_needed:
-        changes += watch_changes(ctx)  # a restart's commit tells the watchdog itself (service/switch.py)
-    findings = list(notes)  # a port held by someone else is preflight's finding (from the facts); apply re-checks
-    if ctx.release is not None:
-        findings += [Finding("info", note) for note in not_rendered(ctx.release, ctx.spec.server)]
-    reason = (f"{name} runs release {ctx.release.id} (pid {pid}), config unchanged" if not changes
-              else f"start {name} (first start)" if first and ctx.restart_needed
-              else f"{'restart' if ctx.restart_needed else 'update'} {name}")
-    return RolePlan(NAME, changes, reason=reason, findings=findings)
+    return changes, start
 
 
-def overlap(ctx: Context, pid: int | None) -> tuple[bool, str]:
-    """Does the new engine load beside the serving one (the front door's overlap switch, service/switch.py), and
-    why, in words ('' without a front door)? Only with last good serving on one box, and memory for both
-    (models/budget.py beside): otherwise the serving engine stops first and the front door holds requests."""
-    from ds4_converge.models import budget
+def _front_config_change(ctx: Context) -> list[Change]:
+    try:
+        front_conf = front.config(ctx, active=front.live_port(ctx))
+    except (render.UnsafeValue, front.FrontError) as exc:
+        raise RoleFailed(f"front: cannot render HAProxy's config: {exc}") from None
+    path = front.config_path(ctx.layout)
+    if _read(path) == front_conf:
+        return []
+    return [Change(str(path), _read(path), front_conf, action=partial(_write_front, text=front_conf))]
 
-    if not front.enabled(ctx):
-        return False, ""
-    stops = "the serving engine stops before the new one loads (the front door holds requests meanwhile): "
-    held = f"; {switch.held_for(ctx, ctx.release.id)}"
-    last_good, memory = ctx.state.last_good, ctx.memory
-    if ctx.spec.front.overlap == "off":
-        return False, stops + "front.overlap is off" + held
-    if ctx.spec.distributed is not None:
-        return False, stops + "a distributed part" + held
-    if pid is None or last_good is None or not last_good.same_config(ctx.state.current):
-        return False, stops + "last good does not serve" + held
-    if memory is None:
-        return False, stops + "the memory budget is not known yet" + held
-    shared = ctx.spec.engine.target in ctx.release.knowledge["load"].get("shared_mapping_targets", ())
-    fits, numbers = budget.beside(memory.estimate, memory.room, shared_weights=shared)
-    if not fits:
-        return False, stops + numbers + held
-    return True, (f"the new engine loads beside the serving one on 127.0.0.1:{front.idle_port(ctx)}, and clients "
-                  f"move to it once it passed the probe ({numbers})")
+
+def _front_running_change(ctx: Context, seen: snapshot.Snapshot) -> list[Change]:
+    """supervisord runs this config: HAProxy must run, and send clients to last good (a run that died holding
+    them, say)."""
+    if not front.running(ctx):
+        return [Change(f"start the front door ({front.PROGRAM}, not running)",
+                       action=partial(_start_front, before=None))]
+    if ctx.state.last_good is None:
+        return []
+    live, points_at = front.live_port(ctx), seen.points_at
+    if points_at == live:
+        return []
+    return [Change(f"point the front door at 127.0.0.1:{live} (it sends clients to "
+                   f"{f'127.0.0.1:{points_at}' if points_at else 'no engine'})",
+                   action=partial(_point_front, port=live))]
+
+
+def _stale_changes(ctx: Context, running: bool) -> list[Change]:
+    """Program files of another server.name (a rename), or the candidate of a switch whose run died."""
+    name, candidate = ctx.spec.server.name, switch.candidate_program(ctx)
+    return [Change(f"remove program {p.stem} " + ("(the candidate of a switch whose run died)" if p.stem == candidate
+                                                  else f"(renamed to {name})"),
+                   before=_read(p), restarts=p.stem != candidate,
+                   action=partial(_remove_program, path=p, running=running))
+            for p in stale_programs(ctx)]
 
 
 def watch_changes(ctx: Context) -> list[Change]:
@@ -375,35 +417,28 @@ def _remove_program(ctx: Context, *, path: Path, running: bool = True) -> str:
     return f"removed program {path.stem}"
 
 
-def _engine_port(deployment: Deployment) -> int | None:
-    return front.port_of(deployment)
-
-
-def _switch(ctx: Context, *, deployment: Deployment, candidate: Deployment | None = None) -> str:
-    errors = [f for f in port_findings(ctx, _engine_port(candidate or deployment)) if f.level == "error"]
-    if errors:
-        raise RoleFailed(str(errors[0]))
-    name = ctx.spec.server.name
-    if candidate is not None:
-        prepare_engine_lock(ctx, switch.candidate_program(ctx))
-        prepare_engine_lock(ctx)
-        switch.switch_beside(ctx, candidate)
-        return f"started {switch.candidate_program(ctx)} on release {candidate.release} beside {name}"
-    if ctx.supervisor.running_pid(name):
-        ctx.say(f"stopping {name} (SIGTERM, waiting for its process group)")
-    prepare_engine_lock(ctx)
-    switch.switch(ctx, deployment)
-    drained = f" ({ctx.drained.describe()})" if ctx.drained and ctx.drained.in_flight else ""
-    return f"started {name} on release {deployment.release}{drained}"
-
-
-def _cold_start(ctx: Context, *, deployment: Deployment, unit: Path | None) -> str:
-    """supervisord is down: the switch writes the new program file, then starts supervisord (service/switch.py)."""
-    errors = [f for f in port_findings(ctx, _engine_port(deployment)) if f.level == "error"]
+def check_ports(ctx: Context, sw: Switch) -> None:
+    """A road's first step: nobody else holds the slot the engine starts on (read again right before anything
+    stops: another process may have taken the port since the facts), and the engine's lock file is ready."""
+    errors = [f for f in port_findings(ctx, front.port_of((sw.candidate.deployment if sw.candidate else sw.target)))
+              if f.level == "error"]
     if errors:
         raise RoleFailed(str(errors[0]))
     ctx.layout.ensure()
+    if sw.candidate is not None:
+        prepare_engine_lock(ctx, sw.candidate.program)
+    elif ctx.supervisor.is_running() and ctx.supervisor.running_pid(ctx.spec.server.name):
+        ctx.say(f"stopping {ctx.spec.server.name} (SIGTERM, waiting for its process group)")
     prepare_engine_lock(ctx)
-    deployment = switch.cold_start(ctx, deployment, start_supervisord=partial(_start_supervisord, ctx, unit=unit))
-    said = f"started {ctx.spec.server.name} on release {deployment.release}"
-    return said + (f"; {_start_front(ctx, before=None)}" if front.enabled(ctx) else "")
+
+
+def start_supervisord(ctx: Context, sw: Switch) -> None:
+    """The cold start's: supervisord starts what its program file says, the engine once (autostart)."""
+    name = ctx.spec.server.name
+    sw.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
+    _start_supervisord(ctx, unit=systemd.unit_path(name) if systemd.has_systemd() else None)
+    ctx.supervisor.await_autostart(name)
+
+
+def start_front_door(ctx: Context, sw: Switch) -> str | None:
+    return _start_front(ctx, before=None) if front.enabled(ctx) else None

@@ -1,37 +1,152 @@
-"""A switch as one transaction of the service domain, with the switch guard: begin, commit or revert.
+"""A switch as a value of its own (:class:`Switch`), with the steps its roads are made of and the switch guard.
 
-Begin: the service role starts the new deployment, with supervisord down (:func:`cold_start`) or up
-(:func:`switch`); both record the intent and arm the guard first, then write the program file and start it
-(:func:`_install`), so a run that dies anywhere in between is repaired by the guard. Commit: once the probe's
-verdict says the new engine is healthy, the orchestration calls :func:`commit` (last good recorded, the guard
-disarmed, releases no rollback needs pruned). Revert: when a later step fails, the orchestration calls
-:func:`revert` once and proves with the probe that what it started answers. :func:`settle` ends the switch
-(the guard has nothing left to bring back) and :func:`recover_stale` repairs one whose run died. What serves
-after things went wrong is said by :func:`serving`. The orchestration above knows none of supervisord, the
-guard or the program files: they are this module's business.
+The service role's plan picks a road (service/roads.py) and its apply begins the Switch (:func:`begin`); the
+orchestration holds it and runs the road's steps by name (orchestrate/drive.py): the steps below, each one
+thing (hold, drain, arm guard, stop, wait for memory, install, start, flip, commit). The intent is recorded and
+the guard armed before anything that serves stops, so a run that dies anywhere after is repaired by the guard.
+Once the probe's verdict is in, the road's commit steps run (:meth:`Switch.commit`: last good recorded, the guard
+disarmed); when a later step fails, :func:`revert` says which road goes back. :func:`settle` ends the switch (the
+guard has nothing left to bring back) and :func:`recover_stale` repairs one whose run died. What serves after
+things went wrong is said by :func:`serving`. The orchestration above knows none of supervisord, the guard or
+the program files: they are this module's business.
 
-With a front door and memory for two engines, the switch goes beside the serving one instead
-(:func:`switch_beside`): the new engine is a candidate program on the idle slot, last good is never stopped
-before the candidate passed the probe, and a revert only retires the candidate.
+With a front door and memory for two engines, the road goes beside the serving one: the new engine is a
+candidate program on the idle slot, last good is never stopped before the candidate passed the probe, and a
+revert only retires the candidate.
 """
 from __future__ import annotations
 
 import http.client
 import xmlrpc.client
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ds4_converge.core import interrupts
-from ds4_converge.core.context import Candidate, Context, Verdict
+from ds4_converge.core.context import Context
 from ds4_converge.core.crashpoints import crash_point
 from ds4_converge.core.engine_http import request
 from ds4_converge.core.state import Deployment
+from ds4_converge.core.verdict import Verdict
 from ds4_converge.engine.release import prune
 from ds4_converge.engine_knowledge import load as load_knowledge
 from ds4_converge.errors import Ds4Error
+from ds4_converge.core import processes
 from ds4_converge.service import drain, front, guard, memory_back, secrets, snapshot, start_log, watchdog
+from ds4_converge.service.drain import Drained
+from ds4_converge.service.roads import REVERT, REVERT_BESIDE, Road
+from ds4_converge.service.start_log import StartMark
+from ds4_converge.service.watch import Watch, endpoint
 
 MODEL_ID = load_knowledge()["model_id"]
+
+
+@dataclass
+class Candidate:
+    """A new engine started beside the one that serves (a front door's blue-green switch): its own supervisord
+    program on the idle slot, until the switch commits or reverts."""
+
+    program: str
+    deployment: Deployment
+    under_probe: bool = True  # the probe, gate and warm-up talk to it; False once the switch commits
+
+
+@dataclass
+class Switch:
+    """This run's switch, a value of its own: the service role's apply begins it, the orchestration holds it and
+    hands it on (to the probe as the engine under probe, then to the commit or the revert). Nothing of it lives
+    on the Context: what it started, where that engine's log begins, what its stop drained, the old engine's
+    baseline bench and the probe's verdict are the switch's."""
+
+    road: Road | None = None  # the road it takes (service/roads.py); None while the service role chose none
+    phase: str = "idle"  # idle → begun (something that serves may stop) → committed or reverted
+    target: Deployment | None = None  # what the road starts under server.name
+    candidate: Candidate | None = None  # the new engine started beside the serving one, until it settles
+    old_pid: int | None = None  # the engine that ran before the stop …
+    old_answered: bool = False  # … and whether it answered (drained, and given server.stop_wait_s) or not
+    start: StartMark | None = None  # the engine started last: where its log lines begin
+    drained: Drained | None = None  # what the last stop waited for
+    baseline: object | None = None  # the old engine benched before the stop (health/gate.py Baseline)
+    verdict: Verdict | None = None  # the probe's, until the switch commits it
+
+    @property
+    def begun(self) -> bool:
+        """The old engine was (or may have been) stopped: a failure from here on needs a revert."""
+        return self.phase != "idle"
+
+    @property
+    def probed(self) -> Candidate | None:
+        """The candidate while the probe, gate and warm-up talk to it; None otherwise."""
+        return self.candidate if self.candidate is not None and self.candidate.under_probe else None
+
+    def deployment(self, ctx: Context) -> Deployment | None:
+        """What runs as it was started, for those who talk to it: the candidate under probe, else current."""
+        return self.probed.deployment if self.probed is not None else ctx.state.current
+
+    def endpoint(self, ctx: Context) -> str:
+        """Where the engine under probe answers: the candidate's slot, else the engine's (service/watch.py)."""
+        return self.probed.deployment.endpoint if self.probed is not None else endpoint(ctx)
+
+    def program(self, ctx: Context) -> str:
+        """The supervisord program of the engine the probe watches: server.name, or the candidate under probe."""
+        return self.probed.program if self.probed is not None else ctx.spec.server.name
+
+    def under_probe(self, ctx: Context) -> UnderProbe:
+        return UnderProbe(ctx, self)
+
+    def commit(self, ctx: Context) -> str:
+        """The probe's verdict says the switched engine is healthy: clients reach it, it is recorded as last good
+        (as recorded, for a rollback's target; stamped now otherwise), the watchdog watches it, a candidate still
+        beside it is retired, and the guard stands down. Converge and rollback commit through here. Returns what
+        it did, in words, for the probe's line."""
+        verdict, beside = self.verdict, self.candidate is not None
+        expose(ctx, verdict.deployment, self.candidate.deployment if beside else None)
+        blessed = verdict.deployment if verdict.deployment.recorded_at else verdict.deployment.stamped()
+        ctx.state.bless(replace(blessed, bench=verdict.bench, load_s=verdict.load_s))
+        ctx.state.save(ctx.layout.state_file)
+        watch_last_good(ctx)
+        if beside:  # before the guard stands down: a run that dies meanwhile leaves it for the guard to remove
+            _retire_candidate(ctx, self)
+        self.phase, self.verdict = "committed", None
+        guard.disarm(ctx.layout)  # proven and recorded: the switch is settled, the guard has nothing to bring back
+        moved = (f"; clients moved to it beside the old engine, which it replaced as {ctx.spec.server.name} on "
+                 f"{verdict.deployment.endpoint}" if beside else "")
+        return f"release {verdict.deployment.release} is now last good{moved}"
+
+
+class UnderProbe:
+    """The engine a switch hands the probe (health/role.py Engine): where it answers, its watch, its front door
+    traffic and early flip, and where the verdict goes. Health sees this and nothing else of the service."""
+
+    def __init__(self, ctx: Context, sw: Switch):
+        self.ctx, self.switch = ctx, sw
+        self.endpoint, self.deployment = sw.endpoint(ctx), sw.deployment(ctx)
+        self.program = sw.program(ctx)
+        self.baseline = sw.baseline
+
+    def watch(self) -> Watch:
+        return Watch(self.ctx, self.program, self.switch.start)
+
+    @property
+    def started_at(self) -> float | None:
+        return self.switch.start.at if self.switch.start is not None else None
+
+    def traffic(self):
+        """Clients' requests on this engine, as its front door counts them (health/bench.py Traffic)."""
+        return front.traffic(self.ctx, front.port_of(self.deployment))
+
+    def pids(self) -> set[int]:
+        """Its process group: on the GPU it is no tenant."""
+        supervisor = self.ctx.supervisor
+        pid = supervisor.running_pid(self.program) if supervisor.is_running() else None
+        return set(processes.group_members(pid)) | {pid} if pid else set()
+
+    def flip_before_soak(self):
+        return flip_before_soak(self.ctx, self.switch)
+
+    def hold_after_flip(self, flip) -> str:
+        return hold_after_flip(self.ctx, flip)
+
+    def passed(self, verdict: Verdict) -> None:
+        """The whole probe passed: the verdict the orchestration has this switch commit."""
+        self.switch.verdict = verdict
 
 
 def write_program(ctx: Context, deployment: Deployment, program: str | None = None) -> None:
@@ -56,7 +171,7 @@ def candidate_program(ctx: Context) -> str:
 UNPROVEN_STOP_GRACE_S = 5
 
 
-def _answers(endpoint: str) -> bool:
+def answers(endpoint: str) -> bool:
     try:
         return request(endpoint, "GET", "/v1/models", timeout=3)[0] == 200
     except (OSError, http.client.HTTPException):
@@ -70,72 +185,144 @@ def stop_grace(spec) -> int:
     return int(d.stop_grace_s) if d is not None and d.worker else spec.server.stop_wait_s
 
 
-def switch_to(ctx: Context, deployment: Deployment, *, reason: str = "switch") -> None:
-    """Stop what runs (whole process group) once it is idle, then start `deployment` exactly as recorded.
+def begin(ctx: Context, *, sw: Switch, road: Road, target: Deployment, candidate: Deployment | None = None) -> str:
+    """The service role's apply: this run's switch takes `road` to `target` (and `candidate` beside the serving
+    engine); the orchestration runs its steps from here (orchestrate/drive.py)."""
+    sw.road, sw.target = road, target
+    sw.candidate = Candidate(candidate_program(ctx), candidate) if candidate is not None else None
+    return ""
 
-    The intent is recorded and the guard armed first: if this process dies anywhere from here until the switch
-    is settled (:func:`settle`), supervisord's guard brings last good back (see service/guard.py). What is
-    stopped is waited for as long as it deserves, and the run says so: an engine that answers is drained and
-    given server.stop_wait_s; one that does not (the unproven engine of a revert, a hung one) gets
-    UNPROVEN_STOP_GRACE_S before SIGKILL."""
-    name, step = ctx.spec.server.name, "" if reason == "switch" else f"{reason}-"
-    grace = stop_grace(ctx.spec)
-    pid = ctx.supervisor.running_pid(name)
-    running = ctx.state.current.endpoint if ctx.state.current else ctx.endpoint
-    # a front door holds new requests from now until the switch commits or reverts (a revert holds them again:
-    # clients may have been sent to the engine it stops, flip_before_soak)
+
+# ------------------------------------------------------------------------- the steps roads are made of
+
+
+def hold(ctx: Context, sw: Switch) -> None:
+    """A front door holds new requests from now until the switch commits or reverts (a revert holds them again:
+    clients may have been sent to the engine it stops, flip_before_soak)."""
     front.hold(ctx)
-    if pid and reason != "revert" and _answers(running):  # the engine cuts a generation on SIGTERM: wait until idle
-        ctx.drained = drain.wait_idle(running, ctx.spec.server.drain_s, say=ctx.say)
-        if reason == "switch":  # held and drained: the old engine is alone now
-            bench_baseline(ctx)
-        ctx.say(f"stopping {name} (pid {pid}): SIGTERM, SIGKILL after {grace}s if it has not exited "
-                f"(server.stop_wait_s)")
-    else:  # nothing runs, or an engine (RUNNING, STARTING, …) that serves nobody
-        grace = UNPROVEN_STOP_GRACE_S
-        info = ctx.supervisor.info(name) if ctx.supervisor.is_running() else None
-        if info and info["pid"]:
-            why = "never passed the probe" if reason == "revert" else f"does not answer on {running}"
-            ctx.say(f"stopping {name} (pid {info['pid']}, {why}): nothing to drain, SIGKILL after {grace}s")
-    guard.arm(ctx.layout, ctx.supervisor, name=name, grace=UNPROVEN_STOP_GRACE_S, fallback=ctx.state.last_good,
-              command=ctx.command, candidate=ctx.candidate.program if ctx.candidate else None)
-    crash_point(f"{step}intent")
-    ctx.supervisor.stop(name, grace=grace)
-    crash_point(f"{step}old-stopped")
-    if reason == "switch":
-        _await_memory(ctx)
-    _install(ctx, deployment, step)
-    ctx.say(f"starting {name} on release {deployment.release}")
-    ctx.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
-    ctx.supervisor.load(name)
-    if reason == "switch":
-        crash_point("new-started")
 
 
-def bench_baseline(ctx: Context) -> None:
-    """With a regression gate, the old engine is benched now, on this box, before it is stopped: the new one is
-    judged against that, not against a figure from another session (health/gate.py). Nothing is stopped yet,
-    so a bench that fails only leaves the gate its recorded figure. The engine alone: on the held road it is
-    benched after the hold and the drain; beside, while it serves, each round waits for a moment without
-    clients' requests and is run again when one came (the front door's stats, health/bench.py alone_round)."""
-    from ds4_converge.health import bench, gate
-
+def drain_old(ctx: Context, sw: Switch) -> None:
+    """The engine that serves gets no new request now; what it has in flight finishes (it cuts a generation on
+    SIGTERM). One that does not answer (a hung one, a crashed one) has nothing to drain."""
     current = ctx.state.current
-    if ctx.spec.health.max_regression is None or current is None or not _answers(current.endpoint or ctx.endpoint):
-        return
-    ctx.say(f"performance gate: benching the serving engine ({current.release}) as the baseline")
-    try:
-        record = bench.bench(ctx, gate.GATE_BENCH, kind="baseline",
-                             traffic=front.traffic(ctx, front.port_of(current)))
-        ctx.gate_baseline = gate.Baseline(current.release, gate.decode_tps(record),
-                                          tuple(record["alone"]["contaminated"]))
-    except bench.BenchError as exc:
-        ctx.say(f"the baseline bench failed ({exc}): the gate uses last good's recorded figure")
+    running = current.endpoint if current else endpoint(ctx)
+    sw.old_pid = ctx.supervisor.running_pid(ctx.spec.server.name)
+    sw.old_answered = bool(sw.old_pid) and answers(running)
+    if sw.old_answered:
+        sw.drained = drain.wait_idle(running, ctx.spec.server.drain_s, say=ctx.say)
 
 
-def probed_traffic(ctx: Context):
-    """Clients' requests on the engine under probe, as its front door counts them (health/bench.py Traffic)."""
-    return front.traffic(ctx, front.port_of(ctx.engine_deployment))
+def arm_guard(ctx: Context, sw: Switch) -> None:
+    """The intent recorded and the guard armed: if this process dies anywhere from here until the switch is
+    settled (:func:`settle`), supervisord's guard brings last good back (service/guard.py). With supervisord down
+    (a cold start), supervisord starts the guard with the engine, and it watches this intent from then on."""
+    supervisor = ctx.supervisor if ctx.supervisor.is_running() else None
+    guard.arm(ctx.layout, supervisor, name=ctx.spec.server.name, grace=UNPROVEN_STOP_GRACE_S,
+              fallback=ctx.state.last_good, command=ctx.command,
+              candidate=sw.candidate.program if sw.candidate else None)
+
+
+def stop(ctx: Context, sw: Switch) -> None:
+    """Stop what runs (whole process group), waited for as long as it deserves, and say so: an engine that
+    answered was drained and gets server.stop_wait_s; one that does not (a hung one) gets UNPROVEN_STOP_GRACE_S
+    before SIGKILL."""
+    name = ctx.spec.server.name
+    if sw.old_answered:
+        grace = stop_grace(ctx.spec)
+        ctx.say(f"stopping {name} (pid {sw.old_pid}): SIGTERM, SIGKILL after {grace}s if it has not exited "
+                f"(server.stop_wait_s)")
+    else:
+        current = ctx.state.current
+        grace = _say_unproven(ctx, f"does not answer on {current.endpoint if current else endpoint(ctx)}")
+    ctx.supervisor.stop(name, grace=grace)
+
+
+def stop_unproven(ctx: Context, sw: Switch) -> None:
+    """A revert stops the engine that failed: an engine that never passed the probe serves nobody."""
+    ctx.supervisor.stop(ctx.spec.server.name, grace=_say_unproven(ctx, "never passed the probe"))
+
+
+def _say_unproven(ctx: Context, why: str) -> int:
+    name = ctx.spec.server.name
+    info = ctx.supervisor.info(name) if ctx.supervisor.is_running() else None
+    if info and info["pid"]:
+        ctx.say(f"stopping {name} (pid {info['pid']}, {why}): nothing to drain, SIGKILL after "
+                f"{UNPROVEN_STOP_GRACE_S}s")
+    return UNPROVEN_STOP_GRACE_S
+
+
+def stop_old(ctx: Context, sw: Switch) -> None:
+    """Beside: last good, drained, stops; the candidate serves clients meanwhile."""
+    name, old = ctx.spec.server.name, ctx.state.current
+    ctx.say(f"stopping {name} (release {old.release}): {sw.candidate.program} serves clients meanwhile")
+    ctx.supervisor.stop(name, grace=stop_grace(ctx.spec))
+
+
+def wait_for_memory(ctx: Context, sw: Switch) -> None:
+    _await_memory(ctx)
+
+
+def install(ctx: Context, sw: Switch) -> None:
+    """What runs was stopped and the guard is armed: record the target as current and write its program file
+    (the guard puts last good back if the run dies from here until it is settled). A new deployment is stamped
+    now; last good and a rollback's target go back exactly as recorded."""
+    deployment = sw.target if sw.target.recorded_at else sw.target.stamped()
+    ctx.state.current = deployment
+    ctx.state.save(ctx.layout.state_file)
+    write_program(ctx, deployment)
+
+
+def start(ctx: Context, sw: Switch) -> None:
+    name = ctx.spec.server.name
+    ctx.say(f"starting {name} on release {sw.target.release}")
+    sw.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
+    ctx.supervisor.load(name)
+
+
+def install_candidate(ctx: Context, sw: Switch) -> None:
+    """Beside: the new engine as its own program on the idle slot, while last good serves where the front door
+    points. Nothing that serves is stopped and no request is held."""
+    write_program(ctx, sw.candidate.deployment, sw.candidate.program)
+
+
+def start_candidate(ctx: Context, sw: Switch) -> None:
+    candidate, name = sw.candidate, ctx.spec.server.name
+    ctx.say(f"starting {candidate.program} on release {candidate.deployment.release} beside {name}, on "
+            f"{candidate.deployment.endpoint}")
+    sw.start = start_log.mark(ctx.layout, candidate.program)  # a failure report shows only what this start wrote
+    ctx.supervisor.load(candidate.program)
+
+
+def flip(ctx: Context, sw: Switch) -> None:
+    """Beside, the candidate passed the probe: clients move to it; last good is drained and replaced next."""
+    candidate = sw.candidate
+    candidate.under_probe = False
+    front.point_at(ctx, front.port_of(candidate.deployment), candidate.deployment)
+
+
+def commit(ctx: Context, sw: Switch) -> str:
+    return sw.commit(ctx)
+
+
+def prune_releases(ctx: Context, sw: Switch) -> str | None:
+    """Only once a switch committed is the rollback target known for sure: releases outside it and
+    engine.keep_releases can go."""
+    removed = prune(ctx.layout, ctx.spec.engine.keep_releases, ctx.state.releases_in_use())
+    return f"removed old release(s) {', '.join(removed)}" if removed else None
+
+
+def expose_target(ctx: Context, sw: Switch) -> None:
+    """A revert: the slot the front door pointed at before the switch: held requests go there again."""
+    expose(ctx, sw.target)
+
+
+def retire_candidate(ctx: Context, sw: Switch) -> None:
+    """A revert beside last good, which never stopped and still has the front door: the candidate goes."""
+    ctx.say(f"stopping {sw.candidate.program}: {ctx.spec.server.name} on last good release "
+            f"{ctx.state.last_good.release} kept serving")
+    _retire_candidate(ctx, sw)
+    sw.start = None  # the probe that proves last good watches its own engine from now
 
 
 def _await_memory(ctx: Context) -> None:
@@ -158,41 +345,6 @@ def _memory_back_s(ctx: Context) -> float:
     return min(memory_back.MEMORY_BACK_S, float(ctx.spec.server.stop_wait_s))
 
 
-def _install(ctx: Context, deployment: Deployment, step: str = "") -> None:
-    """The intent is recorded and the guard armed; what runs was stopped: record the new deployment as current
-    and write its program file (the guard puts last good back if the run dies from here until it is settled)."""
-    ctx.state.current = deployment
-    ctx.state.save(ctx.layout.state_file)
-    write_program(ctx, deployment)
-    crash_point(f"{step}program-written")
-
-
-def switch(ctx: Context, deployment: Deployment) -> None:
-    """The service role's switch with supervisord up: from here a failure reverts to last good."""
-    ctx.switched = True
-    switch_to(ctx, deployment.stamped())
-
-
-def switch_beside(ctx: Context, candidate: Deployment) -> None:
-    """The front door's overlap switch, begun (memory holds both engines: service/role.py overlap): the new engine
-    starts as its own program on the idle slot while last good keeps serving where the front door points.
-    Nothing that serves is stopped and no request is held: a failure from here stops the candidate and nothing
-    else (:func:`revert`); the probe talks to the candidate, and :func:`commit` moves clients to it."""
-    bench_baseline(ctx)
-    name, program = ctx.spec.server.name, candidate_program(ctx)
-    ctx.candidate = Candidate(program, candidate)
-    ctx.switched = True
-    # a run that dies from here: the guard stops the candidate and keeps (or brings back) last good
-    guard.arm(ctx.layout, ctx.supervisor, name=name, grace=UNPROVEN_STOP_GRACE_S, fallback=ctx.state.last_good,
-              command=ctx.command, candidate=program)
-    crash_point("beside-intent")
-    write_program(ctx, candidate, program)
-    ctx.say(f"starting {program} on release {candidate.release} beside {name}, on {candidate.endpoint}")
-    ctx.start = start_log.mark(ctx.layout, program)  # a failure report shows only what this start wrote
-    ctx.supervisor.load(program)
-    crash_point("beside-started")
-
-
 @dataclass(frozen=True)
 class Flip:
     """The held road's clients went to the new engine before its soak (front.flip: after-smoke)."""
@@ -201,15 +353,15 @@ class Flip:
     answered_before: int | None  # what HAProxy had counted as answered there before (None: not known)
 
 
-def flip_before_soak(ctx: Context) -> Flip | None:
+def flip_before_soak(ctx: Context, sw: Switch) -> Flip | None:
     """The held road, once the new engine answered right (the smoke plain and streamed, the tool call, the gate):
     held requests go to it now, and the soak goes on while it serves. None where this switch does not flip
     early: no front door, front.flip after-soak, the beside road (its candidate serves no one until commit), or
     no last good to revert to. A crash from here is reverted as before (:func:`hold_after_flip`, then
     :func:`revert`); a run that dies meanwhile is the guard's, which points the front door at last good again."""
     last_good, current = ctx.state.last_good, ctx.state.current
-    if (not front.enabled(ctx) or ctx.spec.front.flip != "after-smoke" or not ctx.switched
-            or ctx.candidate is not None or last_good is None or current is None or not front.running(ctx)):
+    if (not front.enabled(ctx) or ctx.spec.front.flip != "after-smoke" or not sw.begun
+            or sw.candidate is not None or last_good is None or current is None or not front.running(ctx)):
         return None
     port = front.port_of(current)
     before = _answered(ctx, port)
@@ -267,81 +419,18 @@ def _answered(ctx: Context, port: int) -> int | None:
     return found.answered if found else None
 
 
-def _take_over(ctx: Context, deployment: Deployment, prove: Callable[[], object]) -> None:
-    """The candidate passed the probe: clients move to it. Last good, drained, stops; the new deployment starts
-    under server.name on the slot clients left, and `prove` (the orchestration's probe, no soak) says it
-    answers. The candidate still serves meanwhile; :func:`commit` moves clients back and retires it."""
-    candidate, name, old = ctx.candidate, ctx.spec.server.name, ctx.state.current
-    candidate.under_probe = False
-    front.point_at(ctx, front.port_of(candidate.deployment))
-    crash_point("beside-flipped")
-    if _answers(old.endpoint):  # it gets no new request now: what it has in flight finishes
-        ctx.drained = drain.wait_idle(old.endpoint, ctx.spec.server.drain_s, say=ctx.say)
-    ctx.say(f"stopping {name} (release {old.release}): {candidate.program} serves clients meanwhile")
-    ctx.supervisor.stop(name, grace=stop_grace(ctx.spec))
-    crash_point("beside-old-stopped")
-    _install(ctx, deployment, "beside-")
-    ctx.say(f"starting {name} on release {deployment.release}")
-    ctx.start = start_log.mark(ctx.layout, name)
-    ctx.supervisor.load(name)
-    prove()
-
-
-def _retire_candidate(ctx: Context) -> None:
+def _retire_candidate(ctx: Context, sw: Switch) -> None:
     """The candidate's work is done (it passed and clients moved back, or it failed): drained when it served
     clients, stopped, and gone from supervisord and its program directory."""
-    candidate, program = ctx.candidate, ctx.candidate.program
+    candidate, program = sw.candidate, sw.candidate.program
     grace = UNPROVEN_STOP_GRACE_S
-    if not candidate.under_probe and _answers(candidate.deployment.endpoint):
+    if not candidate.under_probe and answers(candidate.deployment.endpoint):
         drain.wait_idle(candidate.deployment.endpoint, ctx.spec.server.drain_s, say=ctx.say)
         grace = stop_grace(ctx.spec)
     ctx.supervisor.stop(program, grace=grace)
     ctx.supervisor.remove(program)
     ctx.layout.program_conf(program).unlink(missing_ok=True)
-    ctx.candidate = None
-
-
-def cold_start(ctx: Context, deployment: Deployment, *, start_supervisord: Callable[[], object]) -> Deployment:
-    """supervisord is down: the new program file first, then supervisord, which starts the engine (autostart).
-    Returns the deployment as recorded (stamped)."""
-    name = ctx.spec.server.name
-    ctx.switched = True  # nothing of ours runs now; from here a failure reverts to last good
-    # supervisord starts the guard (autostart) with the engine: it watches this intent from then on
-    guard.arm(ctx.layout, None, name=name, grace=UNPROVEN_STOP_GRACE_S, fallback=ctx.state.last_good,
-              command=ctx.command)
-    crash_point("intent")
-    deployment = deployment.stamped()
-    _install(ctx, deployment)
-    ctx.start = start_log.mark(ctx.layout, name)  # a failure report shows only what this start wrote
-    start_supervisord()
-    ctx.supervisor.await_autostart(name)
-    crash_point("new-started")
-    return deployment
-
-
-def commit(ctx: Context, verdict: Verdict, *, prove: Callable[[], object] = lambda: None) -> str:
-    """The probe's verdict says the switched engine is healthy: record it as last good, stand the guard down,
-    and prune releases no rollback needs. Returns what it did, in words, for the probe's line.
-    With a front door, clients are sent to the new engine first: a flip that fails leaves last good as it was.
-    A candidate beside last good takes over first (:func:`_take_over`, which calls `prove`), and once clients
-    are back on the slot they know it is retired."""
-    beside = ctx.candidate is not None
-    if beside:
-        _take_over(ctx, verdict.deployment.stamped(), prove)
-    expose(ctx, verdict.deployment)
-    ctx.state.bless(replace(verdict.deployment.stamped(), bench=verdict.bench, load_s=verdict.load_s))
-    ctx.state.save(ctx.layout.state_file)
-    watch_last_good(ctx)
-    if beside:  # before the guard stands down: a run that dies meanwhile leaves it for the guard to remove
-        _retire_candidate(ctx)
-    guard.disarm(ctx.layout)  # proven and recorded: the switch is settled, the guard has nothing to bring back
-    crash_point("blessed")
-    # only now is the rollback target known for sure; releases outside it and keep_releases can go
-    removed = prune(ctx.layout, ctx.spec.engine.keep_releases, ctx.state.releases_in_use())
-    moved = (f"; clients moved to it beside the old engine, which it replaced as {ctx.spec.server.name} on "
-             f"{verdict.deployment.endpoint}" if beside else "")
-    return (f"release {verdict.deployment.release} is now last good{moved}"
-            + (f"; removed old release(s) {', '.join(removed)}" if removed else ""))
+    sw.candidate = None
 
 
 def watched(ctx: Context) -> bool:
@@ -370,26 +459,23 @@ def _watch_settings(ctx: Context):
 
 
 def verdict_endpoint(ctx: Context) -> str:
-    return ctx.state.last_good.endpoint if ctx.state.last_good else ctx.endpoint
+    return ctx.state.last_good.endpoint if ctx.state.last_good else endpoint(ctx)
 
 
 @dataclass(frozen=True)
 class Revert:
-    started: Deployment | None  # last good, started again exactly as it ran: the caller proves it answers
-    note: str = ""  # when nothing was started: why, for the report
+    road: Road | None  # the road back: last good, started again exactly as it ran; the caller proves it answers
+    note: str = ""  # when there is none: why, for the report
 
 
-def revert(ctx: Context) -> Revert:
-    """Put last good back exactly as it ran (stored config, no re-render). With no last good (a first install)
-    the unproven engine is stopped; when last good is the very config that failed there is nothing to go to.
-    Raises what talking to supervisord raises: the caller reports it with :func:`serving`."""
+def revert(ctx: Context, sw: Switch) -> Revert:
+    """The road back to last good exactly as it ran (stored config, no re-render). With no last good (a first
+    install) the unproven engine is stopped here; when last good is the very config that failed there is nothing
+    to go to. Raises what talking to supervisord raises: the caller reports it with :func:`serving`."""
     name, last_good, failed = ctx.spec.server.name, ctx.state.last_good, ctx.desired
-    if ctx.probed is not None:
-        # beside last good, which never stopped and still has the front door: the candidate goes, nothing else
-        ctx.say(f"stopping {ctx.candidate.program}: {name} on last good release {last_good.release} kept serving")
-        _retire_candidate(ctx)
-        ctx.start = None  # the probe that proves last good watches its own engine from now
-        return Revert(last_good)
+    sw.phase, sw.target = "reverted", last_good
+    if sw.probed is not None:
+        return Revert(REVERT_BESIDE)  # beside last good, which never stopped: the candidate goes, nothing else
     if last_good is None:
         if ctx.supervisor.is_running():  # the unproven engine of a first install
             ctx.supervisor.stop(name, grace=UNPROVEN_STOP_GRACE_S)
@@ -400,18 +486,7 @@ def revert(ctx: Context) -> Revert:
         return Revert(None, f"last good ({last_good.release}) is this same config, so there is nothing to revert "
                             f"to; serving now: {serving(ctx)}")
     ctx.say(f"reverting to last good release {last_good.release}")
-    switch_to(ctx, last_good, reason="revert")
-    expose(ctx, last_good)  # the slot the front door pointed at before the switch: held requests go there again
-    return Revert(last_good)
-
-
-def roll_back_to(ctx: Context, target: Deployment) -> None:
-    """`rollback`'s switch: supervisord up if it is not, then to `target` (shielded: once the running engine is
-    stopped, the target must be started)."""
-    if not ctx.supervisor.is_running():
-        ctx.supervisor.start_daemon()
-    with interrupts.shielded():
-        switch_to(ctx, target, reason="rollback")
+    return Revert(REVERT)
 
 
 def running_pid(ctx: Context, *, starting: bool = False) -> int | None:
@@ -427,23 +502,24 @@ def recover_stale(ctx: Context) -> str | None:
     return guard.recover_stale(ctx.layout)
 
 
-def settle(ctx: Context) -> None:
+def settle(ctx: Context, sw: Switch) -> None:
     """The switch is settled (proven, reverted, or reported as failed with what serves): the guard stands down,
     and a candidate still beside it is retired, unless it is all that answers (the next run decides then)."""
-    current, candidate = ctx.state.current, ctx.candidate
-    if candidate is not None and current is not None and _answers(current.endpoint):
+    current, candidate = ctx.state.current, sw.candidate
+    if candidate is not None and current is not None and answers(current.endpoint):
         try:
-            _retire_candidate(ctx)
+            _retire_candidate(ctx, sw)
         except (OSError, xmlrpc.client.Error, Ds4Error) as exc:  # settling never fails the run's report
             ctx.say(f"warning: {candidate.program} could not be stopped ({exc}); the next run removes it")
     guard.disarm(ctx.layout)
 
 
-def expose(ctx: Context, deployment: Deployment) -> None:
-    """A proven deployment is what clients reach: the front door points at its slot (no front: it already is)."""
+def expose(ctx: Context, deployment: Deployment, candidate: Deployment | None = None) -> None:
+    """A proven deployment is what clients reach: the front door points at its slot (no front: it already is).
+    `candidate`: the engine beside it, still listening on its own slot."""
     port = front.port_of(deployment)
     if front.enabled(ctx) and port in front.slots(ctx):
-        front.point_at(ctx, port)
+        front.point_at(ctx, port, candidate)
 
 
 def serving(ctx: Context) -> str:

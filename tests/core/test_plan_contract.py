@@ -20,6 +20,7 @@ from ds4_converge.facts import HostFacts
 from ds4_converge.models import role as models
 from ds4_converge.service import render
 from ds4_converge.service import role as service
+from ds4_converge.service.switch import Switch
 from ds4_converge.spec.loader import LoadedSpec
 from fakehost import spec
 
@@ -55,10 +56,13 @@ def test_service_applies_the_text_its_plan_rendered_and_renders_nothing_again(tm
     ctx.release = Release(id="r1", path=tmp_path / "releases" / "r1", commit=COMMIT, ref="v1", target="cpu",
                           cuda_arch=None, toolkit=Toolkit(), flags=FLAGS)
     ctx.models = ModelPaths(main=model)
-    plan = service.plan(ctx)
+    plan = service.plan(ctx, Switch())  # the run's switch, which its apply begins
     whats = [c.what for c in plan.changes]
     assert whats[0] == str(ctx.layout.supervisord_conf) and whats[-1] == str(ctx.layout.program_conf("ds4"))
     assert not ctx.layout.root.exists(), "planning writes nothing"
+    # the road the switch takes, step by step (--check shows the same plan)
+    assert "road: cold start: check ports, arm guard, install, start supervisord, front door, probe, commit, " \
+           "prune" in plan.notes
 
     def no_render(*args, **kwargs):
         raise AssertionError("apply rendered again")

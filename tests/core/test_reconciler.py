@@ -18,6 +18,7 @@ from ds4_converge.facts import HostFacts
 from ds4_converge.health.probe import Unhealthy
 from ds4_converge.models.digests import DigestCache
 from ds4_converge.service.supervisor import SupervisorError
+from ds4_converge.service.switch import Switch
 from ds4_converge.spec.loader import LoadedSpec
 from fakehost import spec
 
@@ -49,6 +50,7 @@ def ctx(tmp_path):
     made = make_context(loaded, say=lambda *_: None)
     made.facts = HostFacts()  # gathered: the reconciler must not gather again
     made.ran, made.locked = [], 0
+    made.sw = Switch()  # the run's switch: a fake change begins it
 
     def before_change():
         made.locked += 1
@@ -61,7 +63,7 @@ def change(what: str, *, fails: BaseException | None = None, switches: bool = Fa
     def action(ctx):
         ctx.ran.append(what)
         if switches:
-            ctx.switched = True
+            ctx.sw.phase = "begun"
         if fails is not None:
             raise fails
         return f"did {what}"
@@ -128,7 +130,7 @@ def test_a_failing_plan_is_a_clean_failure(ctx, error):
 def test_a_failure_before_the_switch_reverts_nothing(ctx):
     roles = [FakeRole("build", [[change("make", fails=RoleFailed("make exited 2", "cc: error"))]]),
              FakeRole("service", [[change("switch", switches=True)]])]
-    outcome = reconciler.converge(ctx, roles=roles, revert=no_revert)
+    outcome = reconciler.converge(ctx, roles=roles, revert=no_revert, sw=ctx.sw)
     assert not outcome.ok and ctx.ran == ["make"] and outcome.detail == "cc: error"
     assert [(r.name, r.status) for r in outcome.results] == [("build", "failed"), ("service", "skipped")]
 
@@ -138,7 +140,7 @@ def test_a_failure_after_the_switch_reverts(ctx, error):
     reverted = []
     roles = [FakeRole("service", [[change("switch", switches=True)]]),
              FakeRole("probe", [[change("probe", fails=error)]])]
-    outcome = reconciler.converge(ctx, roles=roles, revert=lambda c, o: reverted.append(o.error))
+    outcome = reconciler.converge(ctx, roles=roles, revert=lambda c, o: reverted.append(o.error), sw=ctx.sw)
     assert not outcome.ok and ctx.ran == ["switch", "probe"]
     assert reverted == [outcome.error] and outcome.error.startswith("probe: ")
 
@@ -174,15 +176,15 @@ def failed_switch(ctx):
     """A run whose new release failed after the old engine (last good) was stopped."""
     ctx.state.bless(deployment("old"))
     ctx.desired = deployment("new")
-    ctx.switched = True
+    ctx.sw.phase = "begun"
     return ctx
 
 
 def test_revert_puts_last_good_back_and_proves_it(failed_switch, monkeypatch):
     switched = []
-    monkeypatch.setattr(reconciler.switch, "switch_to", lambda c, d, **_: switched.append(d.release))
+    monkeypatch.setattr(reconciler.drive, "run", lambda c, sw, steps: switched.append(sw.target.release))
     monkeypatch.setattr("ds4_converge.health.probe.wait_healthy", lambda target, state, soak: 4242)
-    outcome = reconciler.Outcome(ok=False, error="probe: unhealthy")
+    outcome = reconciler.Outcome(ok=False, error="probe: unhealthy", switch=failed_switch.sw)
     reconciler.revert_to_last_good(failed_switch, outcome)
     assert switched == ["old"] and outcome.reverted
     assert outcome.error == "probe: unhealthy; reverted to old"
@@ -190,26 +192,27 @@ def test_revert_puts_last_good_back_and_proves_it(failed_switch, monkeypatch):
 
 @pytest.mark.parametrize("where", ["switch", "probe"])
 def test_a_revert_that_fails_too_says_so_and_raises_nothing(failed_switch, monkeypatch, where):
-    def switch(c, d, **_):
+    def switch(c, sw, steps):
         if where == "switch":
             raise SupervisorError("supervisord rejected the config")
 
     def healthy(target, state, soak):
         raise Unhealthy("ds4-server is FATAL")
 
-    monkeypatch.setattr(reconciler.switch, "switch_to", switch)
+    monkeypatch.setattr(reconciler.drive, "run", switch)
     monkeypatch.setattr("ds4_converge.health.probe.wait_healthy", healthy)
     roles = [FakeRole("probe", [[change("probe", fails=RoleFailed("unhealthy"))]])]
-    outcome = reconciler.converge(failed_switch, roles=roles)
+    outcome = reconciler.converge(failed_switch, roles=roles, sw=failed_switch.sw)
     assert not outcome.ok and not outcome.reverted
     cause = "supervisord rejected the config" if where == "switch" else "ds4-server is FATAL"
     assert outcome.error == f"probe: unhealthy; revert to old failed too: {cause}; serving now: nothing"
 
 
 def test_a_first_install_that_fails_is_left_stopped(ctx):
-    ctx.desired, ctx.switched = deployment("new"), True
+    ctx.desired = deployment("new")
+    ctx.sw.phase = "begun"
     ctx.state.current = deployment("new")
-    outcome = reconciler.Outcome(ok=False, error="probe: unhealthy")
+    outcome = reconciler.Outcome(ok=False, error="probe: unhealthy", switch=ctx.sw)
     reconciler.revert_to_last_good(ctx, outcome)  # no supervisord runs under this root: nothing to stop
     assert not outcome.reverted and ctx.state.current is None
     assert "no last good release to revert to (first install)" in outcome.error
@@ -217,6 +220,6 @@ def test_a_first_install_that_fails_is_left_stopped(ctx):
 
 def test_nothing_to_revert_to_when_last_good_is_the_failed_config(failed_switch):
     failed_switch.desired = deployment("old")
-    outcome = reconciler.Outcome(ok=False, error="probe: unhealthy")
+    outcome = reconciler.Outcome(ok=False, error="probe: unhealthy", switch=failed_switch.sw)
     reconciler.revert_to_last_good(failed_switch, outcome)
     assert not outcome.reverted and "is this same config" in outcome.error

@@ -16,7 +16,7 @@ from boxes import MODEL, engine_pids
 from ds4_converge.cli import main as cli
 from ds4_converge.core.layout import Layout
 from ds4_converge.health import role as probe_role
-from ds4_converge.service import switch
+from ds4_converge.orchestrate import drive
 from ds4_converge.service.supervisor import Supervisor, SupervisorError
 
 
@@ -47,16 +47,16 @@ def test_an_unexpected_exception_during_the_probe_reverts(box, capsys, monkeypat
 def test_a_revert_that_fails_says_so_and_what_serves(box, capsys, monkeypatch):
     rc, first = converge_in_process(box, capsys)
     assert rc == 0, first
-    real_switch = switch.switch_to
+    real_run = drive.run
     calls = []
 
-    def switch_then_fail(ctx, deployment, **kwargs):
-        calls.append(deployment.release)
+    def switch_then_fail(ctx, sw, steps):  # the road's steps: the switch's, then the revert's
+        calls.append(sw.target.release)
         if len(calls) > 1:
             raise RuntimeError("a bug in the revert")  # not one of the errors a revert expects
-        return real_switch(ctx, deployment, **kwargs)
+        return real_run(ctx, sw, steps)
 
-    monkeypatch.setattr(switch, "switch_to", switch_then_fail)
+    monkeypatch.setattr(drive, "run", switch_then_fail)
     monkeypatch.setattr(probe_role, "wait_healthy", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("nope")))
     rc, document = converge_in_process(box, capsys, "--set", "server.ctx=65536")
     assert rc == 1 and not document["reverted"], document

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ds4_converge.core.context import Candidate
 from ds4_converge.core.state import Deployment
 from ds4_converge.orchestrate.context import make_context
 from ds4_converge.service import front
@@ -29,8 +28,8 @@ def deployment(release: str, port: int) -> Deployment:
                       endpoint=f"http://127.0.0.1:{port}")
 
 
-def releases(ctx) -> dict:
-    return {slot["server"]: slot["release"] for slot in front.slot_map(ctx)}
+def releases(ctx, candidate: Deployment | None = None) -> dict:
+    return {slot["server"]: slot["release"] for slot in front.slot_map(ctx, candidate)}
 
 
 def test_before_any_release_no_slot_has_one(ctx):
@@ -51,12 +50,11 @@ def test_the_stop_first_road_the_new_release_on_the_idle_slot_and_the_old_one_ke
 
 def test_beside_the_candidate_has_its_slot_then_the_new_release_moves_to_the_slot_clients_know(ctx):
     ctx.state.bless(deployment("v0.3.0", PORT))
-    ctx.candidate = Candidate("ds4.next", deployment("v0.3.1", PORT + 1))
-    assert releases(ctx) == {"a": "v0.3.0", "b": "v0.3.1"}  # clients move to the candidate
-    front.write_textfile(ctx)
+    candidate = deployment("v0.3.1", PORT + 1)  # the switch's candidate, program ds4.next
+    assert releases(ctx, candidate) == {"a": "v0.3.0", "b": "v0.3.1"}  # clients move to the candidate
+    front.write_textfile(ctx, candidate)
     ctx.state.current = deployment("v0.3.1", PORT)  # last good stopped, the new release under ds4 on slot a
-    assert releases(ctx) == {"a": "v0.3.1", "b": "v0.3.1"}
-    ctx.candidate = None
+    assert releases(ctx, candidate) == {"a": "v0.3.1", "b": "v0.3.1"}
     ctx.state.bless(ctx.state.current)
     front.write_textfile(ctx)
     # the candidate's slot keeps its release: its counters, which no longer move, stay v0.3.1's
