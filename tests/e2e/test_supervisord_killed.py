@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import time
 
@@ -13,6 +12,7 @@ import pytest
 
 from boxes import Box, engine_pids, two_free_ports, with_front
 from ds4_converge.core import processes
+from ds4_converge.facts import programs
 
 pytestmark = pytest.mark.slow
 
@@ -101,7 +101,7 @@ def front_pids(root) -> set[int]:
     return {p.pid for p in processes.every() if p.state != "Z" and config in processes.cmdline(p.pid)}
 
 
-@pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")
+@pytest.mark.skipif(programs.haproxy() is None, reason="haproxy is not installed")
 def test_a_front_door_that_outlived_its_supervisord_is_known_replaced_and_stopped(tmp_path, sim_repo):
     """HAProxy serves on after supervisord's SIGKILL: status says so (not "down"), the next run is not refused by
     it (it is ours: its config is this root's) and replaces it, and `stop` stops it."""

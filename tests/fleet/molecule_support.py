@@ -53,6 +53,9 @@ def _env(scratch: Path) -> dict[str, str]:
         PATH=_path_without_sshd(), HOME=str(scratch / "home"), TMPDIR=str(scratch / "tmp"),
         # short: ssh's control sockets live below it, and a unix socket path holds ~100 bytes
         MOLECULE_EPHEMERAL_DIRECTORY=str(scratch / "m"), ANSIBLE_HOME=str(scratch / "ansible"),
+        # the hosts' temporary files: by default ~/.ansible/tmp as the ssh login expands it, the account's home,
+        # which a plain user's run found created there (the hosts are this machine)
+        ANSIBLE_REMOTE_TMP=str(scratch / "ansible" / "remote"),
         NO_COLOR="1", PY_COLORS="0", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     return env
 

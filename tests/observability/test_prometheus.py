@@ -22,13 +22,14 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from ds4_converge.facts import programs
 from boxes import FRONT_KEY, REPO, Box, free_port, two_free_ports, with_front
 
 import prometheus_playbook
 
 NODE_EXPORTER = "prometheus-node-exporter"
 pytestmark = pytest.mark.skipif(
-    not all(shutil.which(tool) for tool in ("haproxy", "prometheus", NODE_EXPORTER)),
+    programs.haproxy() is None or not all(shutil.which(tool) for tool in ("prometheus", NODE_EXPORTER)),
     reason="needs haproxy, prometheus and prometheus-node-exporter (Debian packages; .ci/system-deps.sh)")
 
 DASHBOARD = REPO / "roles" / "ds4_converge" / "files" / "grafana" / "ds4-converge-dashboard.json"

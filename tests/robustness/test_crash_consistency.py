@@ -185,7 +185,7 @@ def test_a_run_killed_during_an_overlap_switch_recovers(front_crash_box, point):
     _invariants(box)
 
 
-@pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")
+@pytest.mark.skipif(programs.haproxy() is None, reason="haproxy is not installed")
 @pytest.mark.parametrize("point", HELD_POINTS)
 def test_a_run_killed_after_the_held_roads_flip_recovers(front_crash_box, point):
     """front.overlap off: the run dies once clients were sent to the new engine, before its soak. The guard puts
