@@ -21,7 +21,7 @@ from ds4_converge.core.state import Deployment
 from ds4_converge.models.gguf import judge_files
 from ds4_converge.engine.server_args import UnsupportedSettings, not_rendered, server_argv
 from ds4_converge.models.placement import SLOTS
-from ds4_converge.service import front, render, secrets, snapshot, switch, systemd, watchdog
+from ds4_converge.service import front, render, secrets, switch, systemd, watchdog
 from ds4_converge.service.supervisor import SupervisorError, supervisord_argv
 
 NAME = "service"
@@ -139,11 +139,10 @@ def plan(ctx: Context) -> RolePlan:
     elif front.enabled(ctx) and running and ctx.state.last_good is not None:
         # HAProxy runs this config: it must send clients to last good (a run that died holding them, say)
         live = front.live_port(ctx)
-        points_at = snapshot.read(layout, supervisor, ctx.spec, ctx.state).points_at
-        if points_at != live:
+        points_at = front.describe(ctx)["points_at"]
+        if points_at != f"127.0.0.1:{live}":
             changes.append(Change(f"point the front door at 127.0.0.1:{live} (it sends clients to "
-                                  f"{f'127.0.0.1:{points_at}' if points_at else 'no engine'})",
-                                  action=partial(_point_front, port=live)))
+                                  f"{points_at or 'no engine'})", action=partial(_point_front, port=live)))
     with_systemd = systemd.has_systemd()
     unit = systemd.unit_path(name)
     if with_systemd:
