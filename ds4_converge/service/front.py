@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -26,18 +25,17 @@ from ds4_converge.core.layout import Layout, write_atomic
 from ds4_converge.core.state import Deployment
 from ds4_converge.errors import Ds4Error
 from ds4_converge.facts import programs
+from ds4_converge.service import snapshot
+from ds4_converge.service.snapshot import Snapshot
+# HAProxy's runtime API, for this module's readers too (front.admin, front.servers, front.AdminTimeout …)
+from ds4_converge.service.haproxy import (ADMIN_TIMEOUT_S, HOLD, PROGRAM, SERVERS, AdminTimeout,  # noqa: F401
+                                          FrontError, admin, admin_socket, servers)
 
-PROGRAM = "ds4c.front"  # a name server.name cannot take (it allows no '.')
-ADMIN_TIMEOUT_S = 5
 RELOAD_BOUND_S = 20  # HAProxy says "Loading success." or "Loading failure!" within a second or two of USR2
 # OpenAI's shape, so that its clients show the reason
 UNAUTHORIZED = {"error": {"message": "Incorrect or missing API key: send Authorization: Bearer KEY with a key "
                                      "of this endpoint.", "type": "invalid_request_error", "param": None,
                           "code": "invalid_api_key"}}
-
-
-class FrontError(Ds4Error):
-    pass
 
 
 def enabled(ctx: Context) -> bool:
@@ -75,10 +73,6 @@ def directory(layout: Layout) -> Path:
 
 def config_path(layout: Layout) -> Path:
     return layout.front_config
-
-
-def admin_socket(layout: Layout) -> Path:
-    return layout.run / "front.sock"  # run/ is 0700: the admin socket grants control of the front door
 
 
 def unauthorized_path(layout: Layout) -> Path:
@@ -238,31 +232,6 @@ def _alerts(text: str) -> str:
 # ------------------------------------------------------------------------------------------ the admin socket
 
 
-class AdminTimeout(FrontError):
-    """HAProxy's admin socket accepted the connection and said nothing within the bound: a HAProxy that is
-    stopped (SIGSTOP) or hung; its process still exists."""
-
-
-def admin(layout: Layout, command: str) -> str:
-    """One command on HAProxy's admin socket, its answer; the whole exchange is bounded by ADMIN_TIMEOUT_S."""
-    path = admin_socket(layout)
-    deadline = time.monotonic() + ADMIN_TIMEOUT_S
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(ADMIN_TIMEOUT_S)
-            sock.connect(str(path))
-            sock.sendall(command.encode() + b"\n")
-            chunks = []
-            while True:
-                sock.settimeout(max(deadline - time.monotonic(), 0.001))
-                if not (chunk := sock.recv(65536)):
-                    break
-                chunks.append(chunk)
-    except TimeoutError:
-        raise AdminTimeout(f"its admin socket {path} did not answer within {ADMIN_TIMEOUT_S} s") from None
-    return b"".join(chunks).decode(errors="replace")
-
-
 def not_answering(ctx: Context, exc: AdminTimeout) -> FrontError:
     """The error for a HAProxy that exists but does not answer, with its pid (supervisord's word for it)."""
     return FrontError(f"HAProxy does not answer ({_pid_words(ctx)}, stopped?): {exc}")
@@ -274,17 +243,6 @@ def _pid_words(ctx: Context) -> str:
     except (OSError, Ds4Error):
         info = None
     return f"pid {info['pid']}" if info and info.get("pid") else "pid unknown"
-
-
-def servers(layout: Layout, name: str) -> dict[str, dict]:
-    """{"a": {"port", "up"}, "b": …, "hold": …} as HAProxy runs them now ("up": in service)."""
-    found = {}
-    for line in admin(layout, f"show servers state {name}-engine").splitlines():
-        fields = line.split()
-        if len(fields) > 18 and not line.startswith("#") and fields[3] in SERVERS:
-            # srv_op_state 2: running; a server in maintenance is stopped (0)
-            found[fields[3]] = {"port": int(fields[18]), "up": fields[5] == "2"}
-    return found
 
 
 @dataclass(frozen=True)
@@ -340,7 +298,6 @@ def traffic(ctx: Context, port: int | None):
     return count
 
 
-SERVERS = ("a", "b", HOLD := "hold")
 # The hold server: the first slot's port on another loopback address, where nothing can listen (the engine binds
 # 127.0.0.1 only, and anyone else on that port, 0.0.0.0 included, is refused by preflight): every connection is
 # refused, and HAProxy retries it after its turn-around time (a unix socket that does not exist fails at once instead, and
@@ -426,13 +383,13 @@ def unsupervised_pid(ctx: Context) -> int | None:
     return min(masters or found, default=None)
 
 
-def describe(ctx: Context, now) -> dict:
+def describe(ctx: Context, now: Snapshot | None = None) -> dict:
     """For `status`: where the front door is, where it points, whether it is up, which release each slot serves.
-    `now`: what serves, as service/snapshot.py read it with the front door (a Snapshot: not imported here, the
-    snapshot reads the front door through this module)."""
+    `now`: what serves, as service/snapshot.py read it with the front door (else it is read here)."""
     found = {"url": public_url(ctx), "points_at": None, "up": False,
              "metrics": f"http://{ctx.spec.front.metrics}/metrics" if ctx.spec.front.metrics else None,
              "problem": None, "slots": slot_map(ctx)}
+    now = now or snapshot.read(ctx.layout, ctx.supervisor, ctx.spec, ctx.state)
     if now.unknown is not None:
         return {**found, "problem": f"HAProxy's admin socket: {now.error or now.unknown}"}
     if not now.front.runs:

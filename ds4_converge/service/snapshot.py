@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Mapping
 from ds4_converge.core import bounded_file
 from ds4_converge.core.layout import Layout
 from ds4_converge.core.state import Deployment
+from ds4_converge.service import haproxy
 from ds4_converge.service.render import read_program_conf
 from ds4_converge.service.supervisor import GUARD, WATCHDOG
 
@@ -28,11 +29,11 @@ if TYPE_CHECKING:
     from ds4_converge.spec.model import Spec
 
 CANDIDATE_SUFFIX = ".next"  # server.name allows no '.': no spec names its engine so
-FRONT = "ds4c.front"  # service/front.py PROGRAM (not imported here: the watchdog's look stays lean)
+FRONT = haproxy.PROGRAM  # the front door's supervisord program
 SETTLE_S = 5.0  # a supervisord that is reloading is waited for this long, as a failure's report did
 SERVING = ("RUNNING", "STARTING")
 MAX_PROGRAM_BYTES = 1 << 20  # a program file holds one command line and a few model lines
-HOLD = "hold"  # the front door's server that holds requests (service/front.py HOLD)
+HOLD = haproxy.HOLD  # the front door's server that holds requests
 
 
 @dataclass(frozen=True)
@@ -206,13 +207,11 @@ def _program_text(layout: Layout, name: str) -> str | None:
 
 def _front(layout: Layout, name: str, wanted: bool | None,
            program: Program | None) -> tuple[Mapping | None, str | None]:
-    from ds4_converge.service import front  # here: a root without a front door never loads it
-
-    if wanted is False or (wanted is None and not front.admin_socket(layout).exists()):
+    if wanted is False or (wanted is None and not haproxy.admin_socket(layout).exists()):
         return None, None
     try:
-        return MappingProxyType(front.servers(layout, name)), None
-    except front.AdminTimeout as exc:  # it exists and says nothing: stopped (SIGSTOP) or hung
+        return MappingProxyType(haproxy.servers(layout, name)), None
+    except haproxy.AdminTimeout as exc:  # it exists and says nothing: stopped (SIGSTOP) or hung
         pid = (program.info or {}).get("pid") if program is not None else None
         return None, f"HAProxy does not answer ({f'pid {pid}' if pid else 'pid unknown'}, stopped?): {exc}"
     except Exception as exc:  # noqa: BLE001 - no socket, refused, not HAProxy: said, never raised

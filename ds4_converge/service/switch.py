@@ -156,8 +156,7 @@ def write_program(ctx: Context, deployment: Deployment, program: str | None = No
                           deployment.program_conf, keep)
 
 
-# server.name allows no '.': no spec names its engine so
-CANDIDATE_SUFFIX = ".next"
+CANDIDATE_SUFFIX = snapshot.CANDIDATE_SUFFIX  # one spelling: the snapshot reads the candidate by it
 
 
 def candidate_program(ctx: Context) -> str:

@@ -447,10 +447,10 @@ class Watch:
         """A reader of the front door's counters for the engine's slot (None: no front door in front of it)."""
         if slot is None:
             return None
-        from ds4_converge.service import front
+        from ds4_converge.service import haproxy
 
         name = self.settings.name
-        return lambda: busy.parse_front_stat(front.admin(self.layout, "show stat"), f"{name}-engine", slot)
+        return lambda: busy.parse_front_stat(haproxy.admin(self.layout, "show stat"), f"{name}-engine", slot)
 
     def look(self, now: Snapshot, at: float) -> Finding:
         """Ask the engine, and judge what did not answer by its progress."""
