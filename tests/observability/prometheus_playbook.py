@@ -23,8 +23,9 @@ def run(hosts: dict, directory: Path, *extra_vars: str) -> Path:
     out = directory / "prometheus"
     out.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    # the remote temp too: the hosts are this machine, and its default (~/.ansible/tmp) is the account's home
     env.update(ANSIBLE_HOME=str(directory / "ansible"), ANSIBLE_LOCAL_TEMP=str(directory / "ansible" / "tmp"),
-               ANSIBLE_NOCOLOR="1")
+               ANSIBLE_REMOTE_TEMP=str(directory / "ansible" / "remote"), ANSIBLE_NOCOLOR="1")
     argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), "ds4.converge.prometheus",
             "-e", f"ds4_converge_prometheus_dir={out}"]
     for value in extra_vars:
