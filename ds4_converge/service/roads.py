@@ -2,7 +2,7 @@
 
 A road is data: the steps it runs, in order, and the crash point each step ends at (core/crashpoints.py). The
 service role's plan picks one (service/role.py), `--check` prints it, and one executor runs it
-(orchestrate/roads.py): the steps before "probe" when the service role applies, the probe as the probe role, the
+(orchestrate/drive.py): the steps before "probe" when the service role applies, the probe as the probe role, the
 rest once the probe's verdict is in. A new road is a new tuple here; a new step is a function the executor names.
 
 The steps: `check ports` (nobody else holds the slot; the engine's lock file), `hold` (the front door holds new

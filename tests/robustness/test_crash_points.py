@@ -1,19 +1,20 @@
-"""Every step boundary the code names is documented in core/crashpoints.py (and so killed by a test there)."""
+"""Every step boundary the code names is documented in core/crashpoints.py (and so killed by a test there): the
+ones called by name, and the ones a road names after its steps (service/roads.py, run by orchestrate/drive.py)."""
 import re
 from pathlib import Path
 
 from ds4_converge.core.crashpoints import POINTS
+from ds4_converge.service import roads
 
 PACKAGE = Path(__file__).resolve().parents[2] / "ds4_converge"
 
 
 def test_every_crash_point_in_the_code_is_documented():
-    literal, prefixed, steps = set(), set(), {"revert", "rollback"}  # switch_to's reasons
+    literal = set()
     for source in PACKAGE.rglob("*.py"):
-        text = source.read_text()
-        literal |= set(re.findall(r'crash_point\("([^"]+)"\)', text))
-        prefixed |= set(re.findall(r'crash_point\(f"\{step\}([^"]+)"\)', text))
-        steps |= set(re.findall(r'_install\(ctx, \w+, "([a-z]+)-"\)', text))  # the overlap switch's take-over
-    assert literal and prefixed and "beside" in steps
-    named = literal | prefixed | {f"{step}-{p}" for step in steps for p in prefixed}
+        literal |= set(re.findall(r'crash_point\("([^"]+)"\)', source.read_text()))
+    every_road = [value for value in vars(roads).values() if isinstance(value, roads.Road)]
+    on_roads = {point for road in every_road for _, point in road.steps if point}
+    assert literal and {"cold start", "held switch", "beside", "revert", "rollback"} <= {r.name for r in every_road}
+    named = literal | on_roads
     assert named == set(POINTS), named ^ set(POINTS)
